@@ -1,0 +1,109 @@
+"""Errors with stable class names, and the quarantine reasons for bad rows.
+
+Every message lives here, rendered as "what happened. What to do." Tests assert the
+exception type and its ``params``, never the text, so wording can improve freely.
+Bad *data* is never an exception: it becomes a quarantine row whose ``reason`` is one
+of the ``QUARANTINE_*`` names below.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+QUARANTINE_NULL_KEY = "AUTOCDC_NULL_KEY"
+QUARANTINE_NULL_SEQUENCE = "AUTOCDC_NULL_SEQUENCE"
+QUARANTINE_LATE_BEYOND_HORIZON = "AUTOCDC_LATE_BEYOND_HORIZON"
+
+
+class AutoCdcError(Exception):
+    """Base of every autocdc error; ``error_class`` is stable, ``params`` are its facts.
+
+    Deliberately not a ``ValueError``: pydantic wraps those into a generic
+    ``ValidationError``, and we want callers to catch the precise class.
+    """
+
+    error_class: ClassVar[str] = "AUTOCDC_ERROR"
+    template: ClassVar[str] = "{detail}"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+        super().__init__(f"[{self.error_class}] {self.template.format(**params)}")
+
+
+class EmptyKeysError(AutoCdcError):
+    error_class = "AUTOCDC_EMPTY_KEYS"
+    template = "`keys` is empty. Name the column(s) that identify a row, e.g. keys=['id']."
+
+
+class ConflictingColumnListsError(AutoCdcError):
+    error_class = "AUTOCDC_CONFLICTING_COLUMN_LISTS"
+    template = (
+        "Both `{first}` and `{second}` are set. Set at most one of them: the first keeps "
+        "only the listed columns, the second keeps all but the listed ones."
+    )
+
+
+class KeyNotSelectedError(AutoCdcError):
+    error_class = "AUTOCDC_KEY_NOT_SELECTED"
+    template = (
+        "Key column(s) {columns} would be removed by `{field}`. Keys are always part of "
+        "the target: add them to `column_list` or remove them from `except_column_list`."
+    )
+
+
+class UnknownColumnError(AutoCdcError):
+    error_class = "AUTOCDC_UNKNOWN_COLUMN"
+    template = (
+        "`{field}` names column(s) {columns} that the change feed does not have "
+        "(it has {available}). Fix the spelling or remove them from `{field}`."
+    )
+
+
+class InvalidSequenceTypeError(AutoCdcError):
+    error_class = "AUTOCDC_INVALID_SEQUENCE_TYPE"
+    template = (
+        "`sequence_by` has type {type}, which cannot order changes. Use an integer, "
+        "decimal, date, timestamp or string column, or a struct of them; for "
+        "BigQuery/LSN-style strings use autocdc.hex_sequence()."
+    )
+
+
+class TruncateWithScd2Error(AutoCdcError):
+    error_class = "AUTOCDC_TRUNCATE_WITH_SCD2"
+    template = (
+        "`apply_as_truncates` is set on an SCD type 2 flow. A truncate would erase history; "
+        "it is supported for stored_as_scd_type=1 only. Remove `apply_as_truncates` or use "
+        "type 1."
+    )
+
+
+class TrackHistoryWithScd1Error(AutoCdcError):
+    error_class = "AUTOCDC_TRACK_HISTORY_WITH_SCD1"
+    template = (
+        "`{field}` is set on an SCD type 1 flow, which keeps no history. Remove it or use "
+        "stored_as_scd_type=2."
+    )
+
+
+class ReservedColumnError(AutoCdcError):
+    error_class = "AUTOCDC_RESERVED_COLUMN"
+    template = (
+        "Column(s) {columns} collide with names autocdc reserves (`__START_AT`, `__END_AT` "
+        "and anything starting with `__autocdc`). Rename them in the source, e.g. with "
+        "withColumnRenamed, before applying the flow."
+    )
+
+
+class SchemaMismatchError(AutoCdcError):
+    error_class = "AUTOCDC_SCHEMA_MISMATCH"
+    template = (
+        "The batch does not match target `{target}`: missing columns {missing}, unexpected "
+        "columns {unexpected}, changed types {changed}. Send the columns the target was "
+        "created with (schema evolution is not supported yet), or drop the extra ones "
+        "with `except_column_list`."
+    )
+
+
+class InvalidSequenceValueError(AutoCdcError):
+    error_class = "AUTOCDC_INVALID_SEQUENCE_VALUE"
+    template = "{value!r} is not a valid {kind}: {why}. Expected e.g. {example}."

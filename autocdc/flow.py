@@ -1,0 +1,259 @@
+"""``AutoCdcFlow``: the declared flow plus the one place that chains the steps.
+
+apply(batch): resolve → stage → classify against state → fold → quarantine → commit
+state (with the meta row) → sync target → collect tombstones now and then → metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from pydantic import PrivateAttr
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField
+
+from autocdc import gc, quarantine, scd1, stage, sync, tables
+from autocdc import state as st
+from autocdc.errors import SchemaMismatchError
+from autocdc.metrics import BatchMetrics
+from autocdc.spec import FlowSpec
+from autocdc.stage import OP, REASON, SEQ, TRUNCATE, col
+
+CRASH_ENV = "AUTOCDC_TEST_CRASH_AT"
+GC_INTERVAL_SECONDS = 3600.0
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for the kill tests: SIGKILL this process at a named step."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class AutoCdcFlow(FlowSpec):
+    """A declared Auto CDC flow; ``apply`` one micro-batch at a time.
+
+    >>> flow = AutoCdcFlow(target="customers", keys=["id"], sequence_by="seq",
+    ...                    apply_as_deletes="op = 'D'", except_column_list=["op", "seq"])
+    >>> flow.state_table
+    'customers__autocdc_state'
+    """
+
+    _synced: int | None = PrivateAttr(default=None)
+    _last_gc: float | None = PrivateAttr(default=None)
+
+    @property
+    def state_table(self) -> str:
+        return self.target + tables.STATE_SUFFIX
+
+    @property
+    def quarantine_table(self) -> str:
+        return self.target + tables.QUARANTINE_SUFFIX
+
+    def _layout(self, df: DataFrame) -> st.Layout:
+        seq_type = stage.sequence_type(df, self)
+        columns = self.resolve(df.columns, seq_type)
+        field = {f.name: StructField(f.name, f.dataType) for f in df.schema.fields}
+        return st.Layout(
+            keys=[field[k] for k in columns.keys],
+            values=[field[c] for c in columns.payload if c not in columns.keys],
+            sequence=seq_type,
+            per_column_sequences=self.ignore_null_updates,
+        )
+
+    def _prepare_tables(self, spark: SparkSession, layout: st.Layout) -> None:
+        """Create target and state on the first batch; later, check the batch fits them."""
+        target_fields = layout.keys + layout.values
+        if not tables.exists(spark, self.target):
+            st.create(spark, self.state_table, layout)
+            tables.create(spark, self.target, st.StructType(target_fields))
+            return
+        have = {f.name: f.dataType for f in spark.read.table(self.target).schema.fields}
+        have_seq = spark.read.table(self.state_table).schema[st.UPS].dataType
+        want = {f.name: f.dataType for f in target_fields}
+        changed = [
+            f"{n}: {have[n].simpleString()} -> {t.simpleString()}"
+            for n, t in want.items()
+            if n in have and have[n] != t
+        ]
+        if have_seq != layout.sequence:
+            changed.append(
+                f"sequence_by: {have_seq.simpleString()} -> {layout.sequence.simpleString()}"
+            )
+        missing = [n for n in have if n not in want]
+        unexpected = [n for n in want if n not in have]
+        if missing or unexpected or changed:
+            raise SchemaMismatchError(
+                target=self.target, missing=missing, unexpected=unexpected, changed=changed
+            )
+
+    def apply(self, df: DataFrame) -> BatchMetrics:
+        """Apply one micro-batch of changes; safe to repeat after a crash."""
+        if self.stored_as_scd_type == 2:
+            raise NotImplementedError("SCD type 2 is not implemented yet")
+        started = time.perf_counter()
+        spark = df.sparkSession
+        layout = self._layout(df)
+        self._prepare_tables(spark, layout)
+        keys = layout.key_names
+
+        meta_row = st.meta_frame(spark, self.state_table, layout).first()
+        meta = st.read_meta(meta_row)
+        meta_df = spark.createDataFrame([meta_row], layout.schema())
+        batch_id = meta.batch + 1
+        synced = meta.synced if self._synced is None else self._synced
+
+        staged = stage.stage(df, self, stage.ResolvedColumns(keys, keys + layout.value_names, []))
+        counts = staged.tagged.agg(
+            F.count(F.lit(1)).alias("rows_in"),
+            F.count(col(REASON)).alias("rejected"),
+            F.count(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), 1)).alias("truncates"),
+            F.count(F.when(col(REASON).isNull() & (col(OP) != TRUNCATE), 1)).alias("keyed"),
+            F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias("max_t"),
+        ).first()
+        truncate = scd1.truncate_horizon(spark, counts["max_t"], meta_df, layout)
+
+        old = st.state_rows(spark, self.state_table)
+        truncating = (
+            counts["max_t"] is not None
+            and truncate.where(
+                F.coalesce(col(scd1.NEW_TRUNC) != col(scd1.M_TRUNC), F.lit(True))
+            ).count()
+            > 0
+        )
+        if not truncating:  # key-pruned: only the state of keys in this batch
+            batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*keys).distinct()
+            old = old.join(batch_keys, keys, "left_semi")
+
+        events = scd1.classify(
+            staged.changes, old, truncate, layout, self.late_beyond_horizon == "quarantine"
+        ).localCheckpoint()
+        new_state = scd1.fold(events, old, truncate, layout, batch_id).localCheckpoint()
+        _crash_point("after_stage")
+
+        ev = events.agg(
+            F.count(F.lit(1)).alias("distinct"),
+            F.count(F.when(col(scd1.LATE), 1)).alias("late"),
+            F.count(F.when(col(scd1.STALE), 1)).alias("stale"),
+        ).first()
+        live, old_live = col(st.LIVE), col(scd1.OLD_LIVE)
+        was_tombstone = col(scd1.OLD_EXISTS) & ~old_live
+        ns = new_state.agg(
+            F.count(F.when(live & (~old_live | col(scd1.IMAGE_CHANGED)), 1)).alias("upserted"),
+            F.count(F.when(old_live & ~live, 1)).alias("deleted"),
+            F.count(F.when(~live, 1)).alias("tombstones_written"),
+            (
+                F.count(F.when(~live & ~was_tombstone, 1))
+                - F.count(F.when(live & was_tombstone, 1))
+            ).alias("tombstone_delta"),
+            F.count(F.when(col(scd1.CONFLICT), 1)).alias("conflicts"),
+            F.count(F.lit(1)).alias("changed"),
+        ).first()
+
+        quarantined = counts["rejected"] + ev["late"]
+        if quarantined:
+            late_rows = events.where(col(scd1.LATE)).select(*staged.source_columns, SEQ, REASON)
+            rows = quarantine.rows(
+                staged.rejected.unionByName(late_rows),
+                staged.source_columns,
+                self.flow_name,
+                batch_id,
+            )
+            quarantine.write(spark, self.quarantine_table, rows)
+        _crash_point("after_quarantine")
+
+        if ns["changed"] == 0 and not quarantined and meta.synced == meta.batch:
+            # Nothing to record (e.g. a replay): no commit, the batch id is not used up.
+            staged.tagged.unpersist()
+            return self._metrics(
+                meta.batch, counts, ev, ns, quarantined, meta.tombstones, 0, started
+            )
+        tombstones = meta.tombstones + ns["tombstone_delta"]
+        new_meta = meta_df.crossJoin(truncate.select(scd1.NEW_TRUNC)).select(
+            F.lit(st.META_ROW).alias(st.KIND),
+            col(scd1.NEW_TRUNC).alias(st.DEL),
+            col(st.FLOOR),
+            F.lit(batch_id).alias(st.BATCH),
+            F.lit(synced).alias(st.SYNCED),
+            F.lit(tombstones).alias(st.TOMBSTONES),
+            F.current_timestamp().alias(st.UPDATED_AT),
+        )
+        self._commit_state(
+            spark, layout, layout.select(new_state).unionByName(layout.select(new_meta))
+        )
+        _crash_point("after_state_commit")
+
+        sync.sync_scd1(spark, self.target, self.state_table, layout, after_batch=synced)
+        self._synced = batch_id
+        _crash_point("after_target_commit")
+
+        collected = 0
+        due = self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_SECONDS
+        if due and tombstones > 0:
+            collected = self._collect(spark, layout)
+        staged.tagged.unpersist()
+        return self._metrics(batch_id, counts, ev, ns, quarantined, tombstones, collected, started)
+
+    def _metrics(
+        self,
+        batch_id: int,
+        counts: Row,
+        ev: Row,
+        ns: Row,
+        quarantined: int,
+        tombstones: int,
+        collected: int,
+        started: float,
+    ) -> BatchMetrics:
+        return BatchMetrics(
+            flow=self.flow_name,
+            batch_id=batch_id,
+            rows_in=counts["rows_in"],
+            upserted=ns["upserted"],
+            deleted=ns["deleted"],
+            ignored_stale=ev["stale"],
+            duplicates_dropped=counts["keyed"] - ev["distinct"],
+            conflicts=ns["conflicts"],
+            quarantined=quarantined,
+            late_beyond_horizon=ev["late"],
+            truncates=counts["truncates"],
+            tombstones_written=ns["tombstones_written"],
+            tombstones_live=tombstones - collected,
+            tombstones_collected=collected,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    def _commit_state(self, spark: SparkSession, layout: st.Layout, source: DataFrame) -> None:
+        from delta.tables import DeltaTable
+
+        (
+            DeltaTable.forName(spark, self.state_table)
+            .alias("t")
+            .merge(source.alias("s"), st.merge_condition(layout.key_names))
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    def collect_tombstones(self, spark: SparkSession) -> int:
+        """Collect tombstones older than ``tombstone_retention_days`` now; returns how many.
+
+        ``apply`` also does this at most once an hour; call it from a maintenance job to
+        control when the state table is rewritten.
+        """
+        if not tables.exists(spark, self.state_table):
+            return 0
+        layout = st.Layout.of_table(spark, self.state_table, self.keys)
+        if self._synced is None:
+            self._synced = st.read_meta(
+                st.meta_frame(spark, self.state_table, layout).first()
+            ).synced
+        return self._collect(spark, layout)
+
+    def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
+        self._last_gc = time.monotonic()
+        return gc.collect(
+            spark, self.state_table, layout, self.tombstone_retention_days, self._synced or 0
+        )

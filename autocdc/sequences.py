@@ -1,0 +1,71 @@
+"""Turn vendor change positions into values that order correctly.
+
+BigQuery-style sequence numbers (``_CHANGE_SEQUENCE_NUMBER``) and PostgreSQL LSNs are up
+to four hexadecimal sections separated by ``/``, compared section by section as numbers:
+``"16/B374D848"`` > ``"9/FFFFFFFF"`` although it is smaller as a string.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from autocdc.errors import InvalidSequenceValueError
+
+MAX_SECTIONS = 4
+_HEX_SECTIONS = r"^[0-9A-Fa-f]{1,16}(/[0-9A-Fa-f]{1,16}){0,3}$"
+
+
+def parse_hex_sequence(value: str) -> tuple[int, ...]:
+    """``"16/B374D848"`` -> ``(22, 3010778184)``; Python tuples order like the Spark value.
+
+    >>> parse_hex_sequence("16/B374D848") > parse_hex_sequence("9/FFFFFFFF")
+    True
+    """
+    if not isinstance(value, str) or not re.match(_HEX_SECTIONS, value):
+        raise InvalidSequenceValueError(
+            value=value,
+            kind="hex-section sequence",
+            why="expected 1 to 4 sections of 1 to 16 hex digits separated by '/'",
+            example="'16/B374D848'",
+        )
+    return tuple(int(section, 16) for section in value.split("/"))
+
+
+def hex_sequence(column: str | Column) -> Column:
+    """A Spark struct of up to four unsigned 64-bit sections, ordered section by section.
+
+    Missing sections are NULL and order first, like a shorter tuple in Python. A value
+    that is not of the form is NULL, so its row is quarantined as a NULL sequence.
+    """
+    value = F.col(column) if isinstance(column, str) else column
+    sections = F.split(value, "/")
+    valid = value.rlike(_HEX_SECTIONS)
+    return F.when(
+        valid,
+        F.struct(
+            *[
+                F.conv(F.get(sections, i), 16, 10).cast("decimal(20,0)").alias(f"s{i}")
+                for i in range(MAX_SECTIONS)
+            ]
+        ),
+    )
+
+
+def debezium_sequence(connector: Literal["postgresql", "mysql"], source: str = "source") -> Column:
+    """The position of a Debezium change event, from its ``source`` block.
+
+    PostgreSQL orders by ``lsn``; MySQL by binlog ``file`` (names sort in order), then
+    ``pos`` and ``row``.
+    """
+    block = F.col(source)
+    if connector == "postgresql":
+        return F.struct(block["lsn"].cast("long").alias("lsn"))
+    return F.struct(
+        block["file"].alias("file"),
+        block["pos"].cast("long").alias("pos"),
+        block["row"].cast("long").alias("row"),
+    )

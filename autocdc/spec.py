@@ -1,0 +1,186 @@
+"""The declarative part of a flow: what the user says, checked before Spark is touched.
+
+Parameter names follow ``pyspark.pipelines.create_auto_cdc_flow`` and Databricks AUTO
+CDC, so code moves over unchanged. Checks that need the change feed's schema (unknown
+columns, the sequence's type) run in :func:`FlowSpec.resolve`, before any data is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    DecimalType,
+    IntegralType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from autocdc.errors import (
+    ConflictingColumnListsError,
+    EmptyKeysError,
+    InvalidSequenceTypeError,
+    KeyNotSelectedError,
+    ReservedColumnError,
+    TrackHistoryWithScd1Error,
+    TruncateWithScd2Error,
+    UnknownColumnError,
+)
+
+RESERVED_PREFIX = "__autocdc"
+START_AT = "__START_AT"
+END_AT = "__END_AT"
+
+ColumnOrSql = str | Column
+
+
+def is_reserved(name: str) -> bool:
+    return name.lower().startswith(RESERVED_PREFIX) or name.upper() in (START_AT, END_AT)
+
+
+def is_orderable_sequence(data_type: DataType) -> bool:
+    """Types whose order is total and meaningful for sequencing changes."""
+    if isinstance(data_type, StructType):
+        return bool(data_type.fields) and all(
+            is_orderable_sequence(f.dataType) for f in data_type.fields
+        )
+    return isinstance(
+        data_type,
+        IntegralType | DecimalType | DateType | TimestampType | TimestampNTZType | StringType,
+    )
+
+
+def to_column(value: ColumnOrSql) -> Column:
+    return value if isinstance(value, Column) else F.expr(value)
+
+
+@dataclass(frozen=True)
+class ResolvedColumns:
+    """The flow's columns for one change-feed schema."""
+
+    keys: list[str]
+    payload: list[str]  # target columns, keys included, in source order
+    tracked: list[str]  # SCD type 2: columns whose change opens a new version
+
+
+class FlowSpec(BaseModel):
+    """What a flow does; immutable, validated on construction."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    target: str = Field(min_length=1, description="Target table, `table` or `db.table`.")
+    keys: list[str] = Field(description="Columns that identify a row.")
+    sequence_by: str | list[str] | Column = Field(
+        description="Column name, SQL expression, Column, or list of columns compared left "
+        "to right (a struct sequence)."
+    )
+    apply_as_deletes: str | Column | None = Field(
+        default=None, description="SQL expression or Column: true for a DELETE change."
+    )
+    apply_as_truncates: str | Column | None = Field(
+        default=None, description="SQL expression or Column: true for a TRUNCATE (type 1 only)."
+    )
+    column_list: list[str] | None = None
+    except_column_list: list[str] | None = None
+    stored_as_scd_type: Literal[1, 2] = 1
+    ignore_null_updates: bool = Field(
+        default=False, description="A NULL in an upsert keeps the column's current value."
+    )
+    track_history_column_list: list[str] | None = None
+    track_history_except_column_list: list[str] | None = None
+    tombstone_retention_days: float = Field(
+        default=7.0, ge=0, description="How long a delete is remembered to reject older upserts."
+    )
+    late_beyond_horizon: Literal["quarantine", "apply"] = Field(
+        default="quarantine",
+        description="What to do with a change at or below the collected-tombstone horizon "
+        "for a key with no state: quarantine it (default) or apply it as if new.",
+    )
+    name: str | None = Field(default=None, description="Flow name; defaults to the target.")
+
+    @field_validator("stored_as_scd_type", mode="before")
+    @classmethod
+    def _scd_type_from_str(cls, value: object) -> object:
+        return int(value) if isinstance(value, str) and value.strip() in ("1", "2") else value
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _key_as_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> FlowSpec:
+        if not self.keys or any(not k for k in self.keys):
+            raise EmptyKeysError()
+        pairs = [
+            ("column_list", "except_column_list"),
+            ("track_history_column_list", "track_history_except_column_list"),
+        ]
+        for first, second in pairs:
+            if getattr(self, first) is not None and getattr(self, second) is not None:
+                raise ConflictingColumnListsError(first=first, second=second)
+        if self.stored_as_scd_type == 2 and self.apply_as_truncates is not None:
+            raise TruncateWithScd2Error()
+        if self.stored_as_scd_type == 1:
+            for field in pairs[1]:
+                if getattr(self, field) is not None:
+                    raise TrackHistoryWithScd1Error(field=field)
+        if self.column_list is not None:
+            missing = [k for k in self.keys if k not in self.column_list]
+            if missing:
+                raise KeyNotSelectedError(columns=missing, field="column_list")
+        if self.except_column_list is not None:
+            removed = [k for k in self.keys if k in self.except_column_list]
+            if removed:
+                raise KeyNotSelectedError(columns=removed, field="except_column_list")
+        return self
+
+    @property
+    def flow_name(self) -> str:
+        return self.name or self.target
+
+    def sequence_column(self) -> Column:
+        """The sequence as one orderable value (a struct for a list of columns)."""
+        if isinstance(self.sequence_by, list):
+            return F.struct(*[F.col(c) for c in self.sequence_by])
+        return to_column(self.sequence_by)
+
+    def resolve(self, columns: list[str], sequence_type: DataType) -> ResolvedColumns:
+        """Check the spec against a change feed's columns and sequence type."""
+        reserved = [c for c in columns if is_reserved(c)]
+        if reserved:
+            raise ReservedColumnError(columns=reserved)
+        if not is_orderable_sequence(sequence_type):
+            raise InvalidSequenceTypeError(type=sequence_type.simpleString())
+        named = {
+            "keys": self.keys,
+            "column_list": self.column_list,
+            "except_column_list": self.except_column_list,
+            "track_history_column_list": self.track_history_column_list,
+            "track_history_except_column_list": self.track_history_except_column_list,
+        }
+        if isinstance(self.sequence_by, list):
+            named["sequence_by"] = self.sequence_by
+        for field, names in named.items():
+            unknown = [c for c in names or [] if c not in columns]
+            if unknown:
+                raise UnknownColumnError(field=field, columns=unknown, available=columns)
+        if self.column_list is not None:
+            payload = [c for c in columns if c in self.column_list]
+        else:
+            excluded = set(self.except_column_list or [])
+            payload = [c for c in columns if c not in excluded]
+        if self.track_history_column_list is not None:
+            tracked = [c for c in payload if c in self.track_history_column_list]
+        else:
+            untracked = set(self.track_history_except_column_list or [])
+            tracked = [c for c in payload if c not in untracked]
+        return ResolvedColumns(keys=list(self.keys), payload=payload, tracked=tracked)

@@ -1,0 +1,177 @@
+"""The auxiliary state table: one row per key the flow has seen, plus one meta row.
+
+A state row is the key's whole story, compacted: the winning upsert's values, the
+sequence of that upsert (``__autocdc_ups``), of the latest delete or truncate
+(``__autocdc_del``), and, for ``ignore_null_updates``, the sequence each column was last
+set at. The target is a pure projection of the live state rows, so the engine can always
+rebuild a key's target row from state alone; that is what makes a crash between the
+state commit and the target commit harmless (see :mod:`autocdc.sync`).
+
+The meta row (``__autocdc_kind = 'M'``, NULL keys) is committed atomically with the
+state rows: the last batch id, the batch the target is known to be synced to, the
+truncate horizon (in ``__autocdc_del``), the collected-tombstone horizon (in
+``__autocdc_floor``) and the number of live tombstones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from autocdc import tables
+from autocdc.stage import col
+
+KIND = "__autocdc_kind"
+UPS = "__autocdc_ups"
+DEL = "__autocdc_del"
+FLOOR = "__autocdc_floor"
+LIVE = "__autocdc_live"
+BATCH = "__autocdc_batch"
+UPDATED_AT = "__autocdc_updated_at"
+SYNCED = "__autocdc_synced"
+TOMBSTONES = "__autocdc_tombstones"
+
+STATE_ROW, META_ROW = "S", "M"
+
+
+def column_seq(name: str) -> str:
+    """Per-column sequence (``ignore_null_updates``): when ``name`` was last set."""
+    return f"__autocdc_s__{name}"
+
+
+def has_map(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, StructType):
+        return any(has_map(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return has_map(data_type.elementType)
+    return False
+
+
+def comparable(name: str, data_type: DataType, source: Column | None = None) -> Column:
+    """A value Spark can order and compare: maps are not, so they compare as JSON."""
+    value = col(name) if source is None else source
+    return F.to_json(value) if has_map(data_type) else value
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The state table's columns for one flow."""
+
+    keys: list[StructField]
+    values: list[StructField]  # non-key target columns
+    sequence: DataType
+    per_column_sequences: bool
+
+    @classmethod
+    def of_table(cls, spark: SparkSession, table: str, keys: list[str]) -> Layout:
+        """The layout of an existing state table."""
+        schema = spark.read.table(table).schema
+        user = [
+            StructField(f.name, f.dataType)
+            for f in schema.fields
+            if f.name != KIND and not f.name.startswith("__autocdc")
+        ]
+        return cls(
+            keys=[f for f in user if f.name in keys],
+            values=[f for f in user if f.name not in keys],
+            sequence=schema[UPS].dataType,
+            per_column_sequences=any(f.name.startswith("__autocdc_s__") for f in schema.fields),
+        )
+
+    @property
+    def key_names(self) -> list[str]:
+        return [f.name for f in self.keys]
+
+    @property
+    def value_names(self) -> list[str]:
+        return [f.name for f in self.values]
+
+    def schema(self) -> StructType:
+        seq = self.sequence
+        fields = [StructField(KIND, StringType())]
+        fields += [StructField(f.name, f.dataType) for f in self.keys + self.values]
+        fields += [StructField(UPS, seq), StructField(DEL, seq), StructField(FLOOR, seq)]
+        if self.per_column_sequences:
+            fields += [StructField(column_seq(v), seq) for v in self.value_names]
+        fields += [
+            StructField(LIVE, BooleanType()),
+            StructField(BATCH, LongType()),
+            StructField(UPDATED_AT, TimestampType()),
+            StructField(SYNCED, LongType()),
+            StructField(TOMBSTONES, LongType()),
+        ]
+        return StructType(fields)
+
+    def select(self, df: DataFrame) -> DataFrame:
+        """``df`` with exactly the state columns, in order (missing ones as typed NULLs)."""
+        return df.select(
+            *[
+                (col(f.name) if f.name in df.columns else F.lit(None))
+                .cast(f.dataType)
+                .alias(f.name)
+                for f in self.schema().fields
+            ]
+        )
+
+
+@dataclass(frozen=True)
+class Meta:
+    batch: int
+    synced: int
+    tombstones: int
+
+
+def create(spark: SparkSession, table: str, layout: Layout) -> None:
+    tables.create(
+        spark,
+        table,
+        layout.schema(),
+        # Deletion vectors keep MERGE from rewriting whole files, and leave each batch's
+        # rows in fresh files so `__autocdc_batch > n` skips old files on resync.
+        {"delta.enableDeletionVectors": "true"},
+    )
+
+
+def state_rows(spark: SparkSession, table: str) -> DataFrame:
+    return tables.read(spark, table).where(col(KIND) == STATE_ROW)
+
+
+def meta_frame(spark: SparkSession, table: str, layout: Layout) -> DataFrame:
+    """The meta row as a one-row DataFrame (a default one before the first batch)."""
+    stored = tables.read(spark, table).where(col(KIND) == META_ROW)
+    default = layout.select(
+        spark.range(1).select(
+            F.lit(META_ROW).alias(KIND),
+            F.lit(0).alias(BATCH),
+            F.lit(0).alias(SYNCED),
+            F.lit(0).alias(TOMBSTONES),
+        )
+    )
+    return stored.unionByName(default).orderBy(col(BATCH).desc()).limit(1)
+
+
+def read_meta(row: Row) -> Meta:
+    return Meta(batch=row[BATCH], synced=row[SYNCED], tombstones=row[TOMBSTONES])
+
+
+def merge_condition(keys: list[str]) -> str:
+    """Match state rows by kind and key; NULL-safe so the key-less meta row matches too."""
+    parts = [f"t.{KIND} <=> s.{KIND}"] + [
+        f"t.{tables.quote(k)} <=> s.{tables.quote(k)}" for k in keys
+    ]
+    return " AND ".join(parts)

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+from hypothesis import settings
+
+import autocdc
+
+# CI runs a fixed, bounded set of examples; AUTOCDC_HYPOTHESIS=dev explores more.
+settings.register_profile("ci", max_examples=6, deadline=None, derandomize=True)
+settings.register_profile("dev", max_examples=40, deadline=None)
+settings.load_profile(os.environ.get("AUTOCDC_HYPOTHESIS", "ci"))
+
+TEST_CONF = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "2",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def warehouse(tmp_path_factory):
+    return tmp_path_factory.mktemp("warehouse")
+
+
+@pytest.fixture(scope="session")
+def spark(warehouse):
+    """One SparkSession for the whole run: starting Spark costs ~10 s."""
+    return autocdc.spark_session(warehouse=warehouse, conf=TEST_CONF)
+
+
+@pytest.fixture
+def new_table():
+    """A fresh target name per call, so tests share the session but not tables."""
+    return lambda prefix="t": f"{prefix}_{os.getpid()}_{next(_names)}"

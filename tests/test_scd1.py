@@ -1,0 +1,247 @@
+"""SCD type 1 on Spark and Delta: fixed scenarios, each asserting the whole outcome."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+import autocdc
+from autocdc.errors import (
+    QUARANTINE_LATE_BEYOND_HORIZON,
+    QUARANTINE_NULL_KEY,
+    QUARANTINE_NULL_SEQUENCE,
+)
+
+SCHEMA = "userId int, name string, city string, operation string, sequenceNum long"
+EXAMPLE = [
+    (124, "Raul", "Oaxaca", "INSERT", 1),
+    (123, "Isabel", "Monterrey", "INSERT", 1),
+    (125, "Mercedes", "Tijuana", "INSERT", 2),
+    (126, "Lily", "Cancun", "INSERT", 2),
+    (123, None, None, "DELETE", 6),
+    (125, "Mercedes", "Guadalajara", "UPDATE", 6),
+    (125, "Mercedes", "Mexicali", "UPDATE", 5),
+    (123, "Isabel", "Chihuahua", "UPDATE", 5),
+]
+EXPECTED = [(124, "Raul", "Oaxaca"), (125, "Mercedes", "Guadalajara"), (126, "Lily", "Cancun")]
+
+
+def users_flow(target, **overrides):
+    spec = {
+        "target": target,
+        "keys": ["userId"],
+        "sequence_by": "sequenceNum",
+        "apply_as_deletes": "operation = 'DELETE'",
+        "except_column_list": ["operation", "sequenceNum"],
+    }
+    return autocdc.AutoCdcFlow(**{**spec, **overrides})
+
+
+def assert_target(spark, target, rows, schema="userId int, name string, city string"):
+    expected = spark.createDataFrame(rows, schema)
+    assert_df_equality(spark.table(target), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_worked_example_in_reverse_and_split(spark, new_table):
+    target = new_table("users")
+    flow = users_flow(target)
+    rows = list(reversed(EXAMPLE))
+    first = flow.apply(spark.createDataFrame(rows[:4], SCHEMA))
+    second = flow.apply(spark.createDataFrame(rows[4:], SCHEMA))
+    assert_target(spark, target, EXPECTED)
+    assert (first.rows_in, second.rows_in) == (4, 4)
+    # Batch 1 holds the delete of 123 (seq 6) before any insert: a tombstone.
+    assert first.tombstones_written == 1 and first.deleted == 0
+    # Batch 2's older rows for 123 and 125 lose against the state batch 1 left.
+    assert second.ignored_stale == 2
+    assert second.tombstones_live == 1
+
+
+def test_replay_and_duplicates_change_nothing(spark, new_table):
+    target = new_table("users")
+    flow = users_flow(target)
+    batch = spark.createDataFrame(EXAMPLE + EXAMPLE[:3], SCHEMA)
+    metrics = flow.apply(batch)
+    assert metrics.duplicates_dropped == 3
+    assert metrics.upserted == 3
+    version = spark.sql(f"DESCRIBE HISTORY {target}").count()
+    replay = flow.apply(batch)
+    assert_target(spark, target, EXPECTED)
+    assert (replay.upserted, replay.deleted, replay.ignored_stale) == (0, 0, 8)
+    assert spark.sql(f"DESCRIBE HISTORY {target}").count() == version  # no new commit
+
+
+def test_target_is_clean_and_tables_sit_side_by_side(spark, new_table, warehouse):
+    target = new_table("users")
+    users_flow(target).apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    assert spark.table(target).columns == ["userId", "name", "city"]
+    assert (warehouse / target / "_delta_log").is_dir()
+    assert (warehouse / f"{target}__autocdc_state" / "_delta_log").is_dir()
+
+
+def test_truncate(spark, new_table):
+    target = new_table("users")
+    flow = users_flow(target, apply_as_truncates="operation = 'TRUNCATE'")
+    flow.apply(spark.createDataFrame(EXAMPLE[:4], SCHEMA))
+    rest = [*EXAMPLE[4:], (None, None, None, "TRUNCATE", 3)]
+    metrics = flow.apply(spark.createDataFrame(rest, SCHEMA))
+    assert_target(spark, target, [(125, "Mercedes", "Guadalajara")])
+    assert metrics.truncates == 1
+    # A late upsert at or below the truncate stays dead, even for a key never seen.
+    flow.apply(spark.createDataFrame([(200, "Late", "X", "INSERT", 3)], SCHEMA))
+    assert_target(spark, target, [(125, "Mercedes", "Guadalajara")])
+
+
+def test_bad_rows_are_quarantined_rest_applied(spark, new_table):
+    target = new_table("users")
+    flow = users_flow(target)
+    rows = [*EXAMPLE, (None, "No", "Key", "INSERT", 7), (127, "No", "Seq", "INSERT", None)]
+    metrics = flow.apply(spark.createDataFrame(rows, SCHEMA))
+    assert metrics.quarantined == 2
+    assert_target(spark, target, EXPECTED)
+    quarantined = spark.table(flow.quarantine_table).select("reason", "row", "sequence")
+    expected = spark.createDataFrame(
+        [
+            (
+                QUARANTINE_NULL_KEY,
+                '{"name":"No","city":"Key","operation":"INSERT","sequenceNum":7}',
+                "7",
+            ),
+            (
+                QUARANTINE_NULL_SEQUENCE,
+                '{"userId":127,"name":"No","city":"Seq","operation":"INSERT"}',
+                None,
+            ),
+        ],
+        "reason string, row string, sequence string",
+    )
+    assert_df_equality(quarantined, expected, ignore_row_order=True, ignore_nullable=True)
+    flow.apply(spark.createDataFrame(rows, SCHEMA))  # replayed: not quarantined twice
+    assert spark.table(flow.quarantine_table).count() == 2
+
+
+def test_schema_mismatch_names_the_columns(spark, new_table):
+    target = new_table("users")
+    flow = users_flow(target)
+    flow.apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    other = spark.createDataFrame(EXAMPLE, SCHEMA).withColumn("zip", F.lit("x")).drop("city")
+    with pytest.raises(autocdc.SchemaMismatchError) as err:
+        flow.apply(other)
+    assert err.value.params["missing"] == ["city"]
+    assert err.value.params["unexpected"] == ["zip"]
+    retyped = spark.createDataFrame(EXAMPLE, SCHEMA).withColumn(
+        "userId", F.col("userId").cast("long")
+    )
+    with pytest.raises(autocdc.SchemaMismatchError) as err:
+        flow.apply(retyped)
+    assert err.value.params["changed"] == ["userId: int -> bigint"]
+
+
+def test_errors_raised_before_any_table_is_written(spark, new_table):
+    target = new_table("users")
+    df = spark.createDataFrame(EXAMPLE, SCHEMA)
+    with pytest.raises(autocdc.UnknownColumnError):
+        users_flow(target, except_column_list=["operation", "seqNum"]).apply(df)
+    with pytest.raises(autocdc.InvalidSequenceTypeError):
+        users_flow(target, sequence_by="cast(sequenceNum as double)").apply(df)
+    with pytest.raises(autocdc.ReservedColumnError):
+        users_flow(target).apply(df.withColumn("__END_AT", F.lit(1)))
+    assert not spark.catalog.tableExists(target)
+
+
+def test_ties_are_resolved_the_same_in_one_or_two_batches(spark, new_table):
+    a = (1, "Ann", "Berlin", "UPDATE", 5)
+    b = (1, "Ann", "Athens", "UPDATE", 5)  # same key and sequence, different row
+    one, two, three = new_table("tie"), new_table("tie"), new_table("tie")
+    together = users_flow(one).apply(spark.createDataFrame([b, a], SCHEMA))
+    users_flow(two).apply(spark.createDataFrame([a], SCHEMA))
+    loser_late = users_flow(two).apply(spark.createDataFrame([b], SCHEMA))
+    users_flow(three).apply(spark.createDataFrame([b], SCHEMA))
+    winner_late = users_flow(three).apply(spark.createDataFrame([a], SCHEMA))
+    # The documented rule: the greatest row wins ("Berlin" > "Athens").
+    for target in (one, two, three):
+        assert_target(spark, target, [(1, "Ann", "Berlin")])
+    assert together.conflicts == 1
+    assert (loser_late.upserted, loser_late.ignored_stale) == (0, 1)
+    assert (winner_late.upserted, winner_late.conflicts) == (1, 1)
+
+
+def test_ignore_null_updates_out_of_order(spark, new_table):
+    target = new_table("partial")
+    flow = users_flow(target, ignore_null_updates=True)
+    flow.apply(spark.createDataFrame([(1, None, "Lyon", "UPDATE", 3)], SCHEMA))
+    flow.apply(spark.createDataFrame([(1, "Ann", "Paris", "INSERT", 1)], SCHEMA))
+    assert_target(spark, target, [(1, "Ann", "Lyon")])
+    # A late delete between them wipes the name set before it.
+    flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 2)], SCHEMA))
+    assert_target(spark, target, [(1, None, "Lyon")])
+
+
+def test_struct_sequence_and_hex_helper(spark, new_table):
+    target = new_table("lsn")
+    schema = "id int, v string, lsn string, op string"
+    flow = autocdc.AutoCdcFlow(
+        target=target,
+        keys=["id"],
+        sequence_by=autocdc.hex_sequence("lsn"),
+        apply_as_deletes="op = 'D'",
+        except_column_list=["lsn", "op"],
+    )
+    rows = [
+        (1, "new", "16/B374D848", "U"),
+        (1, "old", "9/FFFFFFFF", "U"),
+        (2, "x", "1/0", "U"),
+        (2, None, "1/1", "D"),
+        (3, "bad", "zz/1", "U"),
+    ]
+    metrics = flow.apply(spark.createDataFrame(rows, schema))
+    assert_target(spark, target, [(1, "new")], "id int, v string")
+    assert metrics.quarantined == 1  # "zz/1" is not a hex sequence
+
+
+def test_multi_column_struct_sequence(spark, new_table):
+    target = new_table("multi")
+    flow = autocdc.AutoCdcFlow(
+        target=target, keys=["id"], sequence_by=["day", "n"], except_column_list=["day", "n"]
+    )
+    rows = [(1, "b", "2026-01-02", 0), (1, "a", "2026-01-01", 9), (1, "c", "2026-01-02", 1)]
+    df = spark.createDataFrame(rows, "id int, v string, day string, n int").withColumn(
+        "day", F.to_date("day")
+    )
+    flow.apply(df)
+    assert_target(spark, target, [(1, "c")], "id int, v string")
+
+
+def test_tombstone_collection_and_horizon(spark, new_table):
+    target = new_table("gc")
+    flow = users_flow(target, tombstone_retention_days=0)
+    flow.apply(
+        spark.createDataFrame([(1, "A", "X", "INSERT", 1), (2, "B", "Y", "INSERT", 1)], SCHEMA)
+    )
+    deleted = flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 5)], SCHEMA))
+    # Retention 0: the apply that synced the delete collects its tombstone right away.
+    assert (deleted.tombstones_written, deleted.tombstones_collected) == (1, 1)
+    assert deleted.tombstones_live == 0
+    assert flow.collect_tombstones(spark) == 0
+    # An upsert of key 1 at or below the horizon (5) cannot be judged: quarantined.
+    late = flow.apply(
+        spark.createDataFrame([(1, "A", "old", "UPDATE", 4), (3, "C", "Z", "INSERT", 6)], SCHEMA)
+    )
+    assert (late.late_beyond_horizon, late.quarantined, late.upserted) == (1, 1, 1)
+    assert_target(spark, target, [(2, "B", "Y"), (3, "C", "Z")])
+    reasons = [r.reason for r in spark.table(flow.quarantine_table).collect()]
+    assert reasons == [QUARANTINE_LATE_BEYOND_HORIZON]
+    # A reinsert above the horizon is applied.
+    flow.apply(spark.createDataFrame([(1, "A", "new", "INSERT", 6)], SCHEMA))
+    assert_target(spark, target, [(1, "A", "new"), (2, "B", "Y"), (3, "C", "Z")])
+
+
+def test_late_beyond_horizon_apply_setting(spark, new_table):
+    target = new_table("gc")
+    flow = users_flow(target, tombstone_retention_days=0, late_beyond_horizon="apply")
+    collected = flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 5)], SCHEMA))
+    assert collected.tombstones_collected == 1
+    metrics = flow.apply(spark.createDataFrame([(1, "A", "old", "UPDATE", 4)], SCHEMA))
+    assert metrics.quarantined == 0
+    assert_target(spark, target, [(1, "A", "old")])

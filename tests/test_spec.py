@@ -1,0 +1,141 @@
+"""Spec validation: no Spark session needed, errors asserted by class and params."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+import autocdc
+from autocdc.spec import FlowSpec
+
+BASE = {"target": "t", "keys": ["id"], "sequence_by": "seq"}
+
+
+def spec(**overrides):
+    return autocdc.AutoCdcFlow(**{**BASE, **overrides})
+
+
+def test_defaults_match_create_auto_cdc_flow():
+    flow = spec()
+    assert flow.stored_as_scd_type == 1
+    assert flow.ignore_null_updates is False
+    assert flow.apply_as_deletes is None
+    assert flow.state_table == "t__autocdc_state"
+    assert flow.quarantine_table == "t__autocdc_quarantine"
+
+
+def test_scd_type_accepts_string():
+    assert spec(stored_as_scd_type="2").stored_as_scd_type == 2
+
+
+@pytest.mark.parametrize("keys", [[], [""]])
+def test_empty_keys(keys):
+    with pytest.raises(autocdc.EmptyKeysError):
+        spec(keys=keys)
+
+
+def test_both_column_lists():
+    with pytest.raises(autocdc.ConflictingColumnListsError) as err:
+        spec(column_list=["id"], except_column_list=["x"])
+    assert err.value.params == {"first": "column_list", "second": "except_column_list"}
+    assert "AUTOCDC_CONFLICTING_COLUMN_LISTS" in str(err.value)
+
+
+def test_both_track_history_lists():
+    with pytest.raises(autocdc.ConflictingColumnListsError):
+        spec(
+            stored_as_scd_type=2,
+            track_history_column_list=["a"],
+            track_history_except_column_list=["b"],
+        )
+
+
+def test_keys_removed_by_selection():
+    with pytest.raises(autocdc.KeyNotSelectedError) as err:
+        spec(column_list=["name"])
+    assert err.value.params == {"columns": ["id"], "field": "column_list"}
+    with pytest.raises(autocdc.KeyNotSelectedError) as err:
+        spec(except_column_list=["id", "op"])
+    assert err.value.params == {"columns": ["id"], "field": "except_column_list"}
+
+
+def test_truncates_with_scd2():
+    with pytest.raises(autocdc.TruncateWithScd2Error):
+        spec(stored_as_scd_type=2, apply_as_truncates="op = 'T'")
+
+
+def test_track_history_needs_scd2():
+    with pytest.raises(autocdc.TrackHistoryWithScd1Error):
+        spec(track_history_column_list=["a"])
+
+
+def test_unknown_fields_are_rejected():
+    with pytest.raises(ValidationError, match="extra_forbidden"):
+        spec(sequence="seq")
+
+
+def test_spec_is_frozen():
+    with pytest.raises(ValidationError):
+        spec().keys = ["other"]
+
+
+COLUMNS = ["id", "name", "op", "seq"]
+
+
+def test_resolve_selects_columns_in_source_order():
+    resolved = FlowSpec(**BASE, except_column_list=["op", "seq"]).resolve(COLUMNS, LongType())
+    assert resolved.payload == ["id", "name"]
+    resolved = FlowSpec(**BASE, column_list=["name", "id"]).resolve(COLUMNS, LongType())
+    assert resolved.payload == ["id", "name"]
+
+
+def test_resolve_unknown_column():
+    with pytest.raises(autocdc.UnknownColumnError) as err:
+        FlowSpec(**BASE, except_column_list=["opp"]).resolve(COLUMNS, LongType())
+    assert err.value.params["field"] == "except_column_list"
+    assert err.value.params["columns"] == ["opp"]
+
+
+def test_resolve_unknown_key():
+    with pytest.raises(autocdc.UnknownColumnError) as err:
+        FlowSpec(**{**BASE, "keys": ["ID"]}).resolve(COLUMNS, LongType())
+    assert err.value.params["field"] == "keys"
+
+
+@pytest.mark.parametrize(
+    "bad", [DoubleType(), BooleanType(), StructType([StructField("a", DoubleType())])]
+)
+def test_resolve_non_orderable_sequence(bad):
+    with pytest.raises(autocdc.InvalidSequenceTypeError) as err:
+        FlowSpec(**BASE).resolve(COLUMNS, bad)
+    assert err.value.params == {"type": bad.simpleString()}
+
+
+def test_resolve_struct_sequence_is_orderable():
+    seq = StructType([StructField("a", LongType()), StructField("b", StringType())])
+    assert FlowSpec(**BASE).resolve(COLUMNS, seq).keys == ["id"]
+
+
+@pytest.mark.parametrize("name", ["__START_AT", "__end_at", "__autocdc_seq"])
+def test_resolve_reserved_column(name):
+    with pytest.raises(autocdc.ReservedColumnError) as err:
+        FlowSpec(**BASE).resolve([*COLUMNS, name], LongType())
+    assert err.value.params == {"columns": [name]}
+
+
+def test_track_history_resolution():
+    flow = FlowSpec(
+        **BASE,
+        stored_as_scd_type=2,
+        except_column_list=["op"],
+        track_history_except_column_list=["name"],
+    )
+    assert flow.resolve(COLUMNS, LongType()).tracked == ["id", "seq"]
