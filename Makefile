@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench-smoke clean
+.PHONY: setup demo test lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,12 +17,12 @@ demo: setup
 	$(PY) -m autocdc run pipelines/demo.py --warehouse warehouse
 
 test: setup
-	$(PY) -m ruff check autocdc tests pipelines benchmarks
+	$(PY) -m ruff check autocdc tests pipelines
 	$(PY) -m pytest
 
 lint: setup
-	$(PY) -m ruff check autocdc tests pipelines benchmarks
-	$(PY) -m ruff format --check autocdc tests pipelines benchmarks
+	$(PY) -m ruff check autocdc tests pipelines
+	$(PY) -m ruff format --check autocdc tests pipelines
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache .hypothesis

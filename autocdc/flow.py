@@ -10,6 +10,7 @@ import os
 import signal
 import time
 
+from delta.tables import DeltaTable
 from pydantic import PrivateAttr
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -105,7 +106,7 @@ class AutoCdcFlow(FlowSpec):
         batch_id = meta.batch + 1
         synced = meta.synced if self._synced is None else self._synced
 
-        staged = stage.stage(df, self, stage.ResolvedColumns(keys, keys + layout.value_names, []))
+        staged = stage.stage(df, self, keys)
         counts = staged.tagged.agg(
             F.count(F.lit(1)).alias("rows_in"),
             F.count(col(REASON)).alias("rejected"),
@@ -164,7 +165,7 @@ class AutoCdcFlow(FlowSpec):
             quarantine.write(spark, self.quarantine_table, rows)
         _crash_point("after_quarantine")
 
-        if ns["changed"] == 0 and not quarantined and meta.synced == meta.batch:
+        if ns["changed"] == 0 and not quarantined and synced == meta.batch:
             # Nothing to record (e.g. a replay): no commit, the batch id is not used up.
             staged.tagged.unpersist()
             return self._metrics(
@@ -226,8 +227,6 @@ class AutoCdcFlow(FlowSpec):
         )
 
     def _commit_state(self, spark: SparkSession, layout: st.Layout, source: DataFrame) -> None:
-        from delta.tables import DeltaTable
-
         (
             DeltaTable.forName(spark, self.state_table)
             .alias("t")

@@ -117,7 +117,9 @@ def fold(
     events: DataFrame, old_state: DataFrame, truncate: DataFrame, layout: st.Layout, batch_id: int
 ) -> DataFrame:
     """The new state rows of every key whose state this batch changes."""
-    per_key = _fold_batch(events.where(~col(LATE)), layout)
+    # A change at or below the key's stored delete is dead on arrival: leave the row as is.
+    dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False))
+    per_key = _fold_batch(events.where(~col(LATE) & ~dead), layout)
     return _combine(per_key, old_state, truncate, layout, batch_id)
 
 

@@ -11,6 +11,7 @@ process at a time). Other engines read the same tables by path.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -57,6 +58,8 @@ def spark_session(
 
     >>> spark = spark_session(warehouse="/tmp/wh")            # doctest: +SKIP
     """
+    # Python workers must run the interpreter (and packages) of the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings: dict[str, str] = {}
     conf_dir = _conf_dir()
     if conf_dir is not None:

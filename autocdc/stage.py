@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from autocdc.errors import QUARANTINE_NULL_KEY, QUARANTINE_NULL_SEQUENCE
-from autocdc.spec import FlowSpec, ResolvedColumns, to_column
+from autocdc.spec import FlowSpec, to_column
 
 SEQ = "__autocdc_seq"
 OP = "__autocdc_op"
@@ -42,7 +42,7 @@ def sequence_type(df: DataFrame, spec: FlowSpec):
     return df.select(spec.sequence_column().alias(SEQ)).schema[SEQ].dataType
 
 
-def stage(df: DataFrame, spec: FlowSpec, columns: ResolvedColumns) -> StagedBatch:
+def stage(df: DataFrame, spec: FlowSpec, keys: list[str]) -> StagedBatch:
     """Tag operations and sequence; route rows with a NULL key or sequence to ``rejected``."""
     is_truncate = (
         F.coalesce(to_column(spec.apply_as_truncates), F.lit(False))
@@ -54,7 +54,7 @@ def stage(df: DataFrame, spec: FlowSpec, columns: ResolvedColumns) -> StagedBatc
         if spec.apply_as_deletes is not None
         else F.lit(False)
     )
-    any_null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in columns.keys])
+    any_null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in keys])
     op = F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
     tagged = (
         df.withColumn(SEQ, spec.sequence_column())

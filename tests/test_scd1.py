@@ -105,12 +105,12 @@ def test_bad_rows_are_quarantined_rest_applied(spark, new_table):
         [
             (
                 QUARANTINE_NULL_KEY,
-                '{"name":"No","city":"Key","operation":"INSERT","sequenceNum":7}',
+                '{"userId":null,"name":"No","city":"Key","operation":"INSERT","sequenceNum":7}',
                 "7",
             ),
             (
                 QUARANTINE_NULL_SEQUENCE,
-                '{"userId":127,"name":"No","city":"Seq","operation":"INSERT"}',
+                '{"userId":127,"name":"No","city":"Seq","operation":"INSERT","sequenceNum":null}',
                 None,
             ),
         ],
