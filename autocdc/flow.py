@@ -9,18 +9,20 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Mapping
+from functools import reduce
 
 from delta.tables import DeltaTable
 from pydantic import PrivateAttr
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from autocdc import gc, quarantine, scd1, stage, sync, tables
+from autocdc import gc, quarantine, scd1, scd2, stage, sync, tables
 from autocdc import state as st
 from autocdc.errors import SchemaMismatchError
 from autocdc.metrics import BatchMetrics
-from autocdc.spec import FlowSpec
+from autocdc.spec import END_AT, START_AT, FlowSpec
 from autocdc.stage import OP, REASON, SEQ, TRUNCATE, col
 
 CRASH_ENV = "AUTOCDC_TEST_CRASH_AT"
@@ -53,20 +55,27 @@ class AutoCdcFlow(FlowSpec):
     def quarantine_table(self) -> str:
         return self.target + tables.QUARANTINE_SUFFIX
 
-    def _layout(self, df: DataFrame) -> st.Layout:
+    def _layout(self, df: DataFrame) -> tuple[st.Layout, list[str]]:
+        """The state layout for this batch's schema, and the SCD2 tracked columns."""
         seq_type = stage.sequence_type(df, self)
         columns = self.resolve(df.columns, seq_type)
         field = {f.name: StructField(f.name, f.dataType) for f in df.schema.fields}
-        return st.Layout(
+        layout = st.Layout(
             keys=[field[k] for k in columns.keys],
             values=[field[c] for c in columns.payload if c not in columns.keys],
             sequence=seq_type,
-            per_column_sequences=self.ignore_null_updates,
+            per_column_sequences=self.ignore_null_updates and self.stored_as_scd_type == 1,
         )
+        return layout, [c for c in columns.tracked if c not in columns.keys]
 
     def _prepare_tables(self, spark: SparkSession, layout: st.Layout) -> None:
         """Create target and state on the first batch; later, check the batch fits them."""
         target_fields = layout.keys + layout.values
+        if self.stored_as_scd_type == 2:
+            target_fields += [
+                StructField(START_AT, layout.sequence),
+                StructField(END_AT, layout.sequence),
+            ]
         if not tables.exists(spark, self.target):
             st.create(spark, self.state_table, layout)
             tables.create(spark, self.target, st.StructType(target_fields))
@@ -92,12 +101,12 @@ class AutoCdcFlow(FlowSpec):
 
     def apply(self, df: DataFrame) -> BatchMetrics:
         """Apply one micro-batch of changes; safe to repeat after a crash."""
-        if self.stored_as_scd_type == 2:
-            raise NotImplementedError("SCD type 2 is not implemented yet")
         started = time.perf_counter()
         spark = df.sparkSession
-        layout = self._layout(df)
+        layout, tracked = self._layout(df)
         self._prepare_tables(spark, layout)
+        if self.stored_as_scd_type == 2:
+            return self._apply_scd2(spark, df, layout, tracked, started)
         keys = layout.key_names
 
         meta_row = st.meta_frame(spark, self.state_table, layout).first()
@@ -197,12 +206,103 @@ class AutoCdcFlow(FlowSpec):
         staged.tagged.unpersist()
         return self._metrics(batch_id, counts, ev, ns, quarantined, tombstones, collected, started)
 
+    def _apply_scd2(
+        self,
+        spark: SparkSession,
+        df: DataFrame,
+        layout: st.Layout,
+        tracked: list[str],
+        started: float,
+    ) -> BatchMetrics:
+        """Type 2: log the batch's new changes, then rebuild the touched keys' history."""
+        keys = layout.key_names
+        meta_row = st.meta_frame(spark, self.state_table, layout).first()
+        meta = st.read_meta(meta_row)
+        batch_id = meta.batch + 1
+        synced = meta.synced if self._synced is None else self._synced
+
+        staged = stage.stage(df, self, keys)
+        counts = staged.tagged.agg(
+            F.count(F.lit(1)).alias("rows_in"),
+            F.count(col(REASON)).alias("rejected"),
+            F.lit(0).alias("truncates"),
+            F.count(F.when(col(REASON).isNull(), 1)).alias("keyed"),
+        ).first()
+        events = scd2.event_rows(staged.changes, layout, batch_id).localCheckpoint()
+        logged = tables.read(spark, self.state_table).where(col(st.KIND) == scd2.EVENT_ROW)
+        logged = logged.join(events.select(*keys).distinct(), keys, "left_semi")
+        same = [
+            F.col(f"n.`{c}`").eqNullSafe(F.col(f"o.`{c}`"))
+            for c in [*keys, st.UPS, st.LIVE, *layout.value_names]
+        ]
+        new_events = (
+            events.alias("n")
+            .join(logged.alias("o"), reduce(lambda a, b: a & b, same), "left_anti")
+            .localCheckpoint()
+        )
+        ev = events.agg(F.count(F.lit(1)).alias("distinct")).first()
+        new = new_events.agg(
+            F.count(F.when(col(st.LIVE), 1)).alias("upserts"),
+            F.count(F.when(~col(st.LIVE), 1)).alias("deletes"),
+        ).first()
+        quarantined = counts["rejected"]
+        if quarantined:
+            rows = quarantine.rows(staged.rejected, staged.source_columns, self.flow_name, batch_id)
+            quarantine.write(spark, self.quarantine_table, rows)
+        _crash_point("after_quarantine")
+
+        ns = {
+            "upserted": new["upserts"],
+            "deleted": new["deletes"],
+            "conflicts": 0,
+            "tombstones_written": 0,
+        }
+        stats = {
+            "distinct": ev["distinct"],
+            "late": 0,
+            "stale": ev["distinct"] - new["upserts"] - new["deletes"],
+        }
+        if new["upserts"] + new["deletes"] == 0 and not quarantined and synced == meta.batch:
+            staged.tagged.unpersist()
+            return self._metrics(meta.batch, counts, stats, ns, quarantined, 0, 0, started)
+        new_meta = layout.select(
+            spark.range(1).select(
+                F.lit(st.META_ROW).alias(st.KIND),
+                F.lit(batch_id).alias(st.BATCH),
+                F.lit(synced).alias(st.SYNCED),
+                F.lit(0).alias(st.TOMBSTONES),
+                F.current_timestamp().alias(st.UPDATED_AT),
+            )
+        )
+        (
+            DeltaTable.forName(spark, self.state_table)
+            .alias("t")
+            .merge(new_events.unionByName(new_meta).alias("s"), scd2.event_condition(layout))
+            .whenMatchedUpdateAll(condition=f"s.{st.KIND} = '{st.META_ROW}'")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        _crash_point("after_state_commit")
+        scd2.sync(
+            spark,
+            self.target,
+            self.state_table,
+            layout,
+            tracked,
+            self.ignore_null_updates,
+            after_batch=synced,
+        )
+        self._synced = batch_id
+        _crash_point("after_target_commit")
+        staged.tagged.unpersist()
+        return self._metrics(batch_id, counts, stats, ns, quarantined, 0, 0, started)
+
     def _metrics(
         self,
         batch_id: int,
         counts: Row,
-        ev: Row,
-        ns: Row,
+        ev: Row | Mapping[str, int],
+        ns: Row | Mapping[str, int],
         quarantined: int,
         tombstones: int,
         collected: int,
@@ -235,6 +335,21 @@ class AutoCdcFlow(FlowSpec):
             .whenNotMatchedInsertAll()
             .execute()
         )
+
+    def current(self, spark: SparkSession) -> DataFrame:
+        """The live rows only: for type 2, each key's open version (``__END_AT`` NULL)."""
+        target = spark.read.table(self.target)
+        if self.stored_as_scd_type == 1:
+            return target
+        return target.where(col(END_AT).isNull()).drop(START_AT, END_AT)
+
+    def as_of(self, spark: SparkSession, sequence: object) -> DataFrame:
+        """Type 2: the rows as they were at ``sequence`` (a value or a Column of the
+        sequence's type), i.e. the versions with ``__START_AT <= sequence < __END_AT``."""
+        at = sequence if isinstance(sequence, Column) else F.lit(sequence)
+        target = spark.read.table(self.target)
+        alive = (col(START_AT) <= at) & (col(END_AT).isNull() | (col(END_AT) > at))
+        return target.where(alive).drop(START_AT, END_AT)
 
     def collect_tombstones(self, spark: SparkSession) -> int:
         """Collect tombstones older than ``tombstone_retention_days`` now; returns how many.

@@ -70,3 +70,50 @@ def fold_scd1(
         else:
             target[key] = payload
     return target
+
+
+def fold_scd2(
+    changes: Iterable[Change],
+    tracked: list[int] | None = None,
+    ignore_null_updates: bool = False,
+) -> set[tuple[Any, tuple[Any, ...], Any, Any]]:
+    """The SCD type 2 target: {(key, values, start, end)}, end None for the current version.
+
+    ``tracked`` holds the indexes of tracked value columns (None: all).
+    """
+    distinct = _distinct(changes)
+    grouped: dict[tuple[Any, Any], list[Change]] = {}
+    steps: list[tuple[Any, Any, int, Any]] = []  # (key, seq, rank, values or None)
+    for change in distinct:
+        if change.op == UPSERT:
+            grouped.setdefault((change.key, change.seq), []).append(change)
+        elif change.op == DELETE:
+            steps.append((change.key, change.seq, 1, None))
+    for (key, seq), upserts in grouped.items():
+        steps.append((key, seq, 0, _merge_ties(upserts, ignore_null_updates)))
+
+    versions: set[tuple[Any, tuple[Any, ...], Any, Any]] = set()
+    open_versions: dict[Any, tuple[tuple[Any, ...], Any]] = {}  # key -> (values, start)
+
+    def close(key: Any, end: Any) -> None:
+        values, start = open_versions.pop(key)
+        if start != end:  # a version that starts and ends at one sequence is not stored
+            versions.add((key, values, start, end))
+
+    for key, seq, _rank, values in sorted(steps, key=lambda s: (s[1], s[2])):
+        if values is None:
+            if key in open_versions:
+                close(key, seq)
+            continue
+        if key in open_versions:
+            current, start = open_versions[key]
+            if ignore_null_updates:
+                values = tuple(c if n is None else n for c, n in zip(current, values, strict=True))
+            idx = range(len(values)) if tracked is None else tracked
+            if all(current[i] == values[i] for i in idx):
+                open_versions[key] = (values, start)  # untracked columns change in place
+                continue
+            close(key, seq)
+        open_versions[key] = (values, seq)
+    versions |= {(k, v, s, None) for k, (v, s) in open_versions.items()}
+    return versions

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from reference import DELETE, UPSERT, Change, fold_scd1
+from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc.flow import CRASH_ENV
 
@@ -32,12 +32,14 @@ def rows(changes: list[Change]) -> list[tuple]:
     return [(c.key, *(c.values or (None, None)), c.op, c.seq) for c in changes]
 
 
-def run(warehouse: Path, target: str, batch: list[tuple], crash_at: str | None) -> int:
+def run(
+    warehouse: Path, target: str, batch: list[tuple], crash_at: str | None, scd_type: int = 1
+) -> int:
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     if crash_at:
         env[CRASH_ENV] = crash_at
     done = subprocess.run(
-        [sys.executable, str(WORKER), str(warehouse), target, json.dumps(batch)],
+        [sys.executable, str(WORKER), str(warehouse), target, json.dumps(batch), str(scd_type)],
         env=env,
         cwd=WORKER.parent,
         capture_output=True,
@@ -65,3 +67,18 @@ def test_killed_applies_converge(spark, tmp_path):
     assert got == fold_scd1(A + B + C)
     quarantine = spark.read.format("delta").load(str(tmp_path / f"{target}__autocdc_quarantine"))
     assert [r.reason for r in quarantine.collect()] == ["AUTOCDC_NULL_KEY"]
+
+
+@pytest.mark.slow
+def test_killed_history_apply_converges(spark, tmp_path):
+    """SCD type 2: killed between the log commit and the target commit, then a
+    different batch; the history equals the reference fold of both."""
+    target = "crashed_history"
+    codes = [
+        run(tmp_path, target, rows(A + B), "after_state_commit", scd_type=2),
+        run(tmp_path, target, rows(C), None, scd_type=2),
+    ]
+    assert codes == [-signal.SIGKILL, 0]
+    table = spark.read.format("delta").load(str(tmp_path / target))
+    got = {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in table.collect()}
+    assert got == fold_scd2(A + B + C)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1
+from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1, fold_scd2
 
 EXAMPLE = [
     Change(124, 1, UPSERT, ("Raul", "Oaxaca")),
@@ -45,3 +45,29 @@ def test_ignore_null_updates_partial_and_late_delete():
     ]
     assert fold_scd1(changes, ignore_null_updates=True) == {1: (None, 2)}
     assert fold_scd1(changes[:2], ignore_null_updates=True) == {1: ("a", 2)}
+
+
+def test_worked_example_type2():
+    assert fold_scd2(EXAMPLE) == {
+        (123, ("Isabel", "Monterrey"), 1, 5),
+        (123, ("Isabel", "Chihuahua"), 5, 6),
+        (124, ("Raul", "Oaxaca"), 1, None),
+        (125, ("Mercedes", "Tijuana"), 2, 5),
+        (125, ("Mercedes", "Mexicali"), 5, 6),
+        (125, ("Mercedes", "Guadalajara"), 6, None),
+        (126, ("Lily", "Cancun"), 2, None),
+    }
+
+
+def test_worked_example_type2_city_untracked():
+    assert fold_scd2(EXAMPLE, tracked=[0]) == {
+        (123, ("Isabel", "Chihuahua"), 1, 6),
+        (124, ("Raul", "Oaxaca"), 1, None),
+        (125, ("Mercedes", "Guadalajara"), 2, None),
+        (126, ("Lily", "Cancun"), 2, None),
+    }
+
+
+def test_type2_upsert_and_delete_at_one_sequence_is_not_stored():
+    changes = [Change(1, 1, UPSERT, ("a",)), Change(1, 2, UPSERT, ("b",)), Change(1, 2, DELETE)]
+    assert fold_scd2(changes) == {(1, ("a",), 1, 2)}

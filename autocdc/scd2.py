@@ -1,0 +1,177 @@
+"""SCD type 2: every version of every key, exact under out-of-order arrival.
+
+The state table is the key's change log (deduplicated upserts and deletes, one row each,
+``__autocdc_ups`` holding the change's sequence and ``__autocdc_live`` true for an
+upsert). A version is a function of a key's whole log, and splitting history for a late
+change needs what the row looked like at that sequence, which in-place updates of
+untracked columns and partial updates would otherwise lose; so for every key a batch
+touches, the history is recomputed from the key's log with window functions, and the
+key's versions in the target are replaced by the result (one MERGE).
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from autocdc import state as st
+from autocdc import tables
+from autocdc.spec import END_AT, START_AT
+from autocdc.stage import OP, SEQ, TRUNCATE, UPSERT, col
+
+EVENT_ROW = "E"
+RANK, SEG, START, BOUNDARY = "__autocdc_rank", "__autocdc_seg", "__autocdc_start", "__autocdc_b"
+VERSION, NEXT, VALUES, GONE = (
+    "__autocdc_version",
+    "__autocdc_next",
+    "__autocdc_vals",
+    "__autocdc_gone",
+)
+DEDUP = "__autocdc_dedup"
+
+
+def _values_tie(layout: st.Layout) -> Column:
+    return F.struct(*[st.comparable(f.name, f.dataType).alias(f.name) for f in layout.values])
+
+
+def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFrame:
+    """The batch's distinct keyed changes as change-log rows (a delete carries no values)."""
+    is_upsert = col(OP) == UPSERT
+    keyed = changes.where(col(OP) != TRUNCATE).withColumn(
+        DEDUP, F.when(is_upsert, _values_tie(layout))
+    )
+    keyed = keyed.dropDuplicates([*layout.key_names, SEQ, OP, DEDUP])
+    return layout.select(
+        keyed.select(
+            F.lit(EVENT_ROW).alias(st.KIND),
+            *layout.key_names,
+            *[F.when(is_upsert, col(v)).alias(v) for v in layout.value_names],
+            col(SEQ).alias(st.UPS),
+            is_upsert.alias(st.LIVE),
+            F.lit(batch_id).cast("long").alias(st.BATCH),
+            F.current_timestamp().alias(st.UPDATED_AT),
+        )
+    )
+
+
+def event_condition(layout: st.Layout) -> str:
+    """One change-log row per distinct change; NULL-safe so the meta row matches too."""
+    names = [st.KIND, *layout.key_names, st.UPS, st.LIVE, *layout.value_names]
+    fields = {f.name: f.dataType for f in layout.schema().fields}
+    parts = []
+    for name in names:
+        q = tables.quote(name)
+        if st.has_map(fields[name]):
+            parts.append(f"to_json(t.{q}) <=> to_json(s.{q})")
+        else:
+            parts.append(f"t.{q} <=> s.{q}")
+    return " AND ".join(parts)
+
+
+def history(
+    log: DataFrame, layout: st.Layout, tracked: list[str], ignore_null_updates: bool
+) -> DataFrame:
+    """Every version of the keys in ``log``: keys, values, ``__START_AT``, ``__END_AT``."""
+    keys, values = layout.key_names, layout.value_names
+    upserts = log.where(col(st.LIVE))
+    if ignore_null_updates:  # equal-sequence upserts merge: per column greatest non-NULL
+        merged = [
+            F.max_by(
+                col(f.name), F.when(col(f.name).isNotNull(), st.comparable(f.name, f.dataType))
+            ).alias(f.name)
+            for f in layout.values
+        ]
+    else:  # equal-sequence upserts: the greatest row wins
+        best = F.max_by(F.struct(*[col(v) for v in values]), _values_tie(layout))
+        merged = [best.alias(VALUES)]
+    upserts = upserts.groupBy(*keys, st.UPS).agg(*merged)
+    if not ignore_null_updates:
+        upserts = upserts.select(*keys, st.UPS, *[col(VALUES)[v].alias(v) for v in values])
+    deletes = log.where(~col(st.LIVE)).select(*keys, st.UPS, *values).distinct()
+    rows = upserts.withColumn(RANK, F.lit(0)).unionByName(deletes.withColumn(RANK, F.lit(1)))
+
+    order = Window.partitionBy(*keys).orderBy(st.UPS, RANK)
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    is_delete = col(RANK) == 1
+    if ignore_null_updates:  # a NULL keeps the latest non-NULL value since the last delete
+        rows = rows.withColumn(SEG, F.sum(is_delete.cast("int")).over(upto))
+        in_segment = (
+            Window.partitionBy(*keys, SEG)
+            .orderBy(st.UPS, RANK)
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        for v in values:
+            rows = rows.withColumn(v, F.last(col(v), ignorenulls=True).over(in_segment))
+
+    fields = {f.name: f.dataType for f in layout.values}
+    tracked_values = F.struct(*[st.comparable(c, fields[c]) for c in tracked if c in fields])
+    prev_rank = F.lag(RANK).over(order)
+    opens = ~is_delete & (
+        prev_rank.isNull()
+        | (prev_rank == 1)
+        | ~tracked_values.eqNullSafe(F.lag(tracked_values).over(order))
+    )
+    after = order.rowsBetween(1, Window.unboundedFollowing)
+    rows = (
+        rows.withColumn(START, opens)
+        .withColumn(BOUNDARY, opens | is_delete)
+        .withColumn(VERSION, F.sum(col(START).cast("int")).over(upto))
+        .withColumn(NEXT, F.first(F.when(col(BOUNDARY), col(st.UPS)), ignorenulls=True).over(after))
+    )
+    versions = (
+        rows.where(~is_delete)
+        .groupBy(*keys, VERSION)
+        .agg(
+            F.min(st.UPS).alias(START_AT),
+            F.max(F.when(col(START), col(NEXT))).alias(END_AT),
+            F.max_by(F.struct(*[col(v) for v in values]), col(st.UPS)).alias(VALUES),
+        )
+    )
+    return versions.where(F.coalesce(col(START_AT) != col(END_AT), F.lit(True))).select(
+        *keys, *[col(VALUES)[v].alias(v) for v in values], START_AT, END_AT
+    )
+
+
+def sync(
+    spark: SparkSession,
+    target: str,
+    state_table: str,
+    layout: st.Layout,
+    tracked: list[str],
+    ignore_null_updates: bool,
+    after_batch: int,
+) -> None:
+    """Recompute the history of every key logged after ``after_batch``; one MERGE.
+
+    Idempotent: it depends only on the committed log, so a crash before it is repaired
+    by the next apply.
+    """
+    keys, values = layout.key_names, layout.value_names
+    log = tables.read(spark, state_table).where(col(st.KIND) == EVENT_ROW)
+    touched = log.where(col(st.BATCH) > after_batch).select(*keys).distinct()
+    fresh = history(log.join(touched, keys, "left_semi"), layout, tracked, ignore_null_updates)
+    stale = (
+        tables.read(spark, target)
+        .join(touched, keys, "left_semi")
+        .join(fresh.select(*keys, START_AT), [*keys, START_AT], "left_anti")
+    )
+    source = fresh.withColumn(GONE, F.lit(False)).unionByName(stale.withColumn(GONE, F.lit(True)))
+    q = tables.quote
+    on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in [*keys, START_AT])
+    same = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in [*values, END_AT])
+    (
+        DeltaTable.forName(spark, target)
+        .alias("t")
+        .merge(source.alias("s"), on)
+        .whenMatchedDelete(condition=f"s.{GONE}")
+        .whenMatchedUpdate(
+            condition=f"NOT s.{GONE} AND NOT ({same})",
+            set={q(c): f"s.{q(c)}" for c in [*values, END_AT]},
+        )
+        .whenNotMatchedInsert(
+            condition=f"NOT s.{GONE}",
+            values={q(c): f"s.{q(c)}" for c in [*keys, *values, START_AT, END_AT]},
+        )
+        .execute()
+    )
