@@ -9,7 +9,7 @@ from hypothesis import settings
 import autocdc
 
 # CI runs a fixed, bounded set of examples; AUTOCDC_HYPOTHESIS=dev explores more.
-settings.register_profile("ci", max_examples=6, deadline=None, derandomize=True)
+settings.register_profile("ci", max_examples=4, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=40, deadline=None)
 settings.load_profile(os.environ.get("AUTOCDC_HYPOTHESIS", "ci"))
 
