@@ -47,13 +47,6 @@ def exists(spark: SparkSession, name: str) -> bool:
     return spark.catalog.tableExists(name)
 
 
-def location(spark: SparkSession, name: str) -> str:
-    """The path of an existing table, or where a new one of that name will be created."""
-    if exists(spark, name):
-        return DeltaTable.forName(spark, name).detail().first()["location"]
-    return default_location(spark, name)
-
-
 def create(
     spark: SparkSession,
     name: str,
