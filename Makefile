@@ -2,8 +2,9 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SOURCES := autocdc tests pipelines benchmarks
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint bench bench-quick bench-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,12 +18,22 @@ demo: setup
 	$(PY) -m autocdc run pipelines/demo.py --warehouse warehouse
 
 test: setup
-	$(PY) -m ruff check autocdc tests pipelines
+	$(PY) -m ruff check $(SOURCES)
 	$(PY) -m pytest
 
 lint: setup
-	$(PY) -m ruff check autocdc tests pipelines
-	$(PY) -m ruff format --check autocdc tests pipelines
+	$(PY) -m ruff check $(SOURCES)
+	$(PY) -m ruff format --check $(SOURCES)
+
+# Benchmarks: the full run writes benchmarks/BENCHMARKS.md and benchmarks/scaling.png.
+bench: setup
+	$(PY) benchmarks/run.py
+
+bench-quick: setup
+	$(PY) benchmarks/run.py --quick
+
+bench-smoke: setup
+	$(PY) benchmarks/run.py --smoke
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache .hypothesis

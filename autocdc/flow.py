@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping
 from functools import reduce
 
-from delta.tables import DeltaTable
 from pydantic import PrivateAttr
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -136,6 +135,7 @@ class AutoCdcFlow(FlowSpec):
         if not truncating:  # key-pruned: only the state of keys in this batch
             batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*keys).distinct()
             old = old.join(batch_keys, keys, "left_semi")
+        old = st.current(old, keys).localCheckpoint()  # read once, used twice
 
         events = scd1.classify(
             staged.changes, old, truncate, layout, self.late_beyond_horizon == "quarantine"
@@ -160,6 +160,7 @@ class AutoCdcFlow(FlowSpec):
             ).alias("tombstone_delta"),
             F.count(F.when(col(scd1.CONFLICT), 1)).alias("conflicts"),
             F.count(F.lit(1)).alias("changed"),
+            F.count(F.when(~col(scd1.OLD_EXISTS), 1)).alias("new_keys"),
         ).first()
 
         quarantined = counts["rejected"] + ev["late"]
@@ -188,11 +189,11 @@ class AutoCdcFlow(FlowSpec):
             F.lit(batch_id).alias(st.BATCH),
             F.lit(synced).alias(st.SYNCED),
             F.lit(tombstones).alias(st.TOMBSTONES),
+            F.lit(meta.rows + ns["changed"]).alias(st.ROWS),
+            F.lit(meta.keys + ns["new_keys"]).alias(st.KEYS),
             F.current_timestamp().alias(st.UPDATED_AT),
         )
-        self._commit_state(
-            spark, layout, layout.select(new_state).unionByName(layout.select(new_meta))
-        )
+        st.append(self.state_table, layout.select(new_state).unionByName(layout.select(new_meta)))
         _crash_point("after_state_commit")
 
         sync.sync_scd1(spark, self.target, self.state_table, layout, after_batch=synced)
@@ -201,7 +202,10 @@ class AutoCdcFlow(FlowSpec):
 
         collected = 0
         due = self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_SECONDS
-        if due and tombstones > 0:
+        grown = st.Meta(
+            batch_id, batch_id, tombstones, meta.rows + ns["changed"], meta.keys + ns["new_keys"]
+        )
+        if (due and tombstones > 0) or gc.compaction_due(grown):
             collected = self._collect(spark, layout)
         staged.tagged.unpersist()
         return self._metrics(batch_id, counts, ev, ns, quarantined, tombstones, collected, started)
@@ -274,14 +278,7 @@ class AutoCdcFlow(FlowSpec):
                 F.current_timestamp().alias(st.UPDATED_AT),
             )
         )
-        (
-            DeltaTable.forName(spark, self.state_table)
-            .alias("t")
-            .merge(new_events.unionByName(new_meta).alias("s"), scd2.event_condition(layout))
-            .whenMatchedUpdateAll(condition=f"s.{st.KIND} = '{st.META_ROW}'")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+        st.append(self.state_table, new_events.unionByName(new_meta))
         _crash_point("after_state_commit")
         scd2.sync(
             spark,
@@ -326,16 +323,6 @@ class AutoCdcFlow(FlowSpec):
             seconds=round(time.perf_counter() - started, 3),
         )
 
-    def _commit_state(self, spark: SparkSession, layout: st.Layout, source: DataFrame) -> None:
-        (
-            DeltaTable.forName(spark, self.state_table)
-            .alias("t")
-            .merge(source.alias("s"), st.merge_condition(layout.key_names))
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-
     def current(self, spark: SparkSession) -> DataFrame:
         """The live rows only: for type 2, each key's open version (``__END_AT`` NULL)."""
         target = spark.read.table(self.target)
@@ -352,10 +339,12 @@ class AutoCdcFlow(FlowSpec):
         return target.where(alive).drop(START_AT, END_AT)
 
     def collect_tombstones(self, spark: SparkSession) -> int:
-        """Collect tombstones older than ``tombstone_retention_days`` now; returns how many.
+        """Compact the state table and collect tombstones older than
+        ``tombstone_retention_days`` now; returns how many were collected.
 
-        ``apply`` also does this at most once an hour; call it from a maintenance job to
-        control when the state table is rewritten.
+        ``apply`` also does this at most once an hour, and whenever superseded state rows
+        outnumber current ones; call it from a maintenance job to control when the state
+        table is rewritten.
         """
         if not tables.exists(spark, self.state_table):
             return 0
@@ -368,6 +357,6 @@ class AutoCdcFlow(FlowSpec):
 
     def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
         self._last_gc = time.monotonic()
-        return gc.collect(
+        return gc.compact(
             spark, self.state_table, layout, self.tombstone_retention_days, self._synced or 0
         )

@@ -216,15 +216,9 @@ def _combine(
         old_exists.alias(OLD_EXISTS),
         F.coalesce(col(old(st.LIVE)), F.lit(False)).alias(OLD_LIVE),
         conflict.alias(CONFLICT),
-        *[
-            col(old(c))
-            for c in stored
-            if c not in (st.BATCH, st.UPDATED_AT, st.SYNCED, st.TOMBSTONES)
-        ],
+        *[col(old(c)) for c in stored if c not in (st.BATCH, st.UPDATED_AT, *st.META_ONLY)],
     )
-    compared = [
-        c for c in stored if c not in (st.LIVE, st.BATCH, st.UPDATED_AT, st.SYNCED, st.TOMBSTONES)
-    ]
+    compared = [c for c in stored if c not in (st.LIVE, st.BATCH, st.UPDATED_AT, *st.META_ONLY)]
     fields = {f.name: f.dataType for f in layout.schema().fields}
 
     def same(names: list[str]) -> Column:

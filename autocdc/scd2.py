@@ -55,20 +55,6 @@ def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFram
     )
 
 
-def event_condition(layout: st.Layout) -> str:
-    """One change-log row per distinct change; NULL-safe so the meta row matches too."""
-    names = [st.KIND, *layout.key_names, st.UPS, st.LIVE, *layout.value_names]
-    fields = {f.name: f.dataType for f in layout.schema().fields}
-    parts = []
-    for name in names:
-        q = tables.quote(name)
-        if st.has_map(fields[name]):
-            parts.append(f"to_json(t.{q}) <=> to_json(s.{q})")
-        else:
-            parts.append(f"t.{q} <=> s.{q}")
-    return " AND ".join(parts)
-
-
 def history(
     log: DataFrame, layout: st.Layout, tracked: list[str], ignore_null_updates: bool
 ) -> DataFrame:

@@ -21,7 +21,8 @@ def sync_scd1(
     spark: SparkSession, target: str, state_table: str, layout: st.Layout, after_batch: int
 ) -> None:
     keys, values = layout.key_names, layout.value_names
-    changed = st.state_rows(spark, state_table).where(col(st.BATCH) > after_batch)
+    # Rows of every batch since the last sync; after a crash, a key may have several.
+    changed = st.current(st.state_rows(spark, state_table).where(col(st.BATCH) > after_batch), keys)
     source = changed.select(*keys, *values, st.LIVE)
     q = tables.quote
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)

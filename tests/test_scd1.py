@@ -245,3 +245,24 @@ def test_late_beyond_horizon_apply_setting(spark, new_table):
     metrics = flow.apply(spark.createDataFrame([(1, "A", "old", "UPDATE", 4)], SCHEMA))
     assert metrics.quarantined == 0
     assert_target(spark, target, [(1, "A", "old")])
+
+
+def test_state_is_compacted_when_superseded_rows_outnumber_keys(spark, new_table, monkeypatch):
+    monkeypatch.setattr(autocdc.gc, "MIN_SUPERSEDED", 1)
+    target = new_table("compact")
+    flow = users_flow(target)
+    flow.apply(spark.createDataFrame([(1, "A", "X", "INSERT", 1)], SCHEMA))
+    flow.apply(spark.createDataFrame([(1, "A", "Y", "UPDATE", 2)], SCHEMA))
+    state = spark.table(flow.state_table)
+    # Appended: two versions of key 1 and a meta row per batch.
+    assert (state.where("__autocdc_kind = 'S'").count(), state.count()) == (2, 4)
+    flow.apply(spark.createDataFrame([(1, "A", "Z", "UPDATE", 3)], SCHEMA))
+    state = spark.table(flow.state_table)
+    # Two superseded rows > one key: rewritten as the current row plus one meta row.
+    assert sorted(tuple(r) for r in state.select("__autocdc_kind", "city").collect()) == [
+        ("M", None),
+        ("S", "Z"),
+    ]
+    assert_target(spark, target, [(1, "A", "Z")])
+    flow.apply(spark.createDataFrame([(1, "A", "Y", "UPDATE", 2)], SCHEMA))  # late: ignored
+    assert_target(spark, target, [(1, "A", "Z")])

@@ -1,0 +1,70 @@
+"""What one batch cost: wall seconds, files and bytes written, peak JVM heap.
+
+Files are counted on disk (data, deletion vectors, Delta log), so every system is
+measured the same way whatever it writes. Heap: the driver JVM's heap pools are reset
+before the batch and their peaks summed after it; with a lazy collector that is an upper
+bound of what the batch needed, comparable between batches of one run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+
+def _files(dirs: Iterable[Path]) -> dict[Path, int]:
+    return {p: p.stat().st_size for d in dirs if d.exists() for p in d.rglob("*") if p.is_file()}
+
+
+class _Heap:
+    def __init__(self, spark: SparkSession) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        self._system = jvm.java.lang.System
+        pools = jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+        self._pools = [p for p in pools if p.getType().toString() == "Heap memory"]
+
+    def reset(self) -> None:
+        self._system.gc()
+        for pool in self._pools:
+            pool.resetPeakUsage()
+
+    def peak_mb(self) -> float:
+        return sum(p.getPeakUsage().getUsed() for p in self._pools) / 2**20
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    seconds: float
+    files: int
+    bytes: int
+    heap_peak_mb: float
+
+
+def measure(spark: SparkSession, dirs: list[Path], step: Callable[[], None]) -> BatchCost:
+    heap = _Heap(spark)
+    before = _files(dirs)
+    heap.reset()
+    started = time.perf_counter()
+    step()
+    seconds = time.perf_counter() - started
+    added = {p: s for p, s in _files(dirs).items() if p not in before}
+    return BatchCost(round(seconds, 3), len(added), sum(added.values()), round(heap.peak_mb(), 1))
+
+
+def summarize(costs: list[BatchCost], rows: int) -> dict[str, float]:
+    """Medians over the measured batches."""
+    seconds = statistics.median(c.seconds for c in costs)
+    return {
+        "median_s": round(seconds, 3),
+        "rows_per_s": round(rows / seconds),
+        "files_per_batch": statistics.median(c.files for c in costs),
+        "bytes_per_batch": statistics.median(c.bytes for c in costs),
+        "heap_peak_mb": max(c.heap_peak_mb for c in costs),
+        "batches": len(costs),
+    }

@@ -1,0 +1,90 @@
+"""The systems under test, each behind one small interface: load, apply a batch, read back.
+
+``Floor`` is the least work any engine must do: keep the latest change per key in the
+batch and run one Delta MERGE. It trusts arrival order across batches, so late changes
+overwrite newer data; it is a speed floor, not a correct engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+import autocdc
+
+KEY, SEQ, OP = "id", "seq", "op"
+
+
+@dataclass
+class Floor:
+    warehouse: Path
+    name: str = "floor"
+
+    @property
+    def path(self) -> Path:
+        return self.warehouse / self.name
+
+    def table_dirs(self) -> list[Path]:
+        return [self.path]
+
+    def load(self, snapshot: DataFrame) -> None:
+        snapshot.drop(SEQ, OP).write.format("delta").mode("overwrite").save(str(self.path))
+
+    def apply(self, batch: DataFrame) -> None:
+        latest = (
+            batch.withColumn(
+                "_rn", F.row_number().over(Window.partitionBy(KEY).orderBy(F.desc(SEQ)))
+            )
+            .where("_rn = 1")
+            .drop("_rn")
+        )
+        values = {c: f"s.`{c}`" for c in batch.columns if c not in (SEQ, OP)}
+        (
+            DeltaTable.forPath(batch.sparkSession, str(self.path))
+            .alias("t")
+            .merge(latest.alias("s"), f"t.{KEY} = s.{KEY}")
+            .whenMatchedDelete(condition=f"s.{OP} = 'D'")
+            .whenMatchedUpdate(set=values)
+            .whenNotMatchedInsert(condition=f"s.{OP} != 'D'", values=values)
+            .execute()
+        )
+
+    def result(self, spark: SparkSession) -> DataFrame:
+        return spark.read.format("delta").load(str(self.path))
+
+
+@dataclass
+class AutoCdc:
+    warehouse: Path
+    scd_type: int = 1
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"autocdc_scd{self.scd_type}"
+        self.flow = autocdc.AutoCdcFlow(
+            target=self.name,
+            keys=[KEY],
+            sequence_by=SEQ,
+            apply_as_deletes=f"{OP} = 'D'",
+            except_column_list=[OP, SEQ],
+            stored_as_scd_type=self.scd_type,
+        )
+
+    def table_dirs(self) -> list[Path]:
+        return [
+            self.warehouse / t
+            for t in (self.flow.target, self.flow.state_table, self.flow.quarantine_table)
+        ]
+
+    def load(self, snapshot: DataFrame) -> None:
+        self.flow.apply(snapshot)
+
+    def apply(self, batch: DataFrame) -> None:
+        self.flow.apply(batch)
+
+    def result(self, spark: SparkSession) -> DataFrame:
+        return spark.table(self.flow.target)
