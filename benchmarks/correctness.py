@@ -25,22 +25,23 @@ from autocdc.spec import END_AT, START_AT
 KEY = "id"
 
 
-def _changes(workload: Workload, batch_dirs: Iterable[Path]) -> tuple[set[int], list[Change]]:
-    changes: list[Change] = []
+def changes(workload: Workload, batch_dirs: Iterable[Path]) -> tuple[set[int], list[Change]]:
+    """The keys the batches touch, and every change of those keys (snapshot included)."""
+    batched: list[Change] = []
     for path in batch_dirs:
         for row in pq.read_table(path).to_pylist():
             values = tuple(row[c] for c in workload.columns)
             if row["op"] == "D":
-                changes.append(Change(row[KEY], row["seq"], DELETE))
+                batched.append(Change(row[KEY], row["seq"], DELETE))
             else:
-                changes.append(Change(row[KEY], row["seq"], UPSERT, values))
-    touched = {c.key for c in changes}
+                batched.append(Change(row[KEY], row["seq"], UPSERT, values))
+    touched = {c.key for c in batched}
     snapshot = [
         Change(k, 0, UPSERT, snapshot_values(workload, k))
         for k in touched
         if k < workload.target_rows
     ]
-    return touched, snapshot + changes
+    return touched, snapshot + batched
 
 
 def _untouched_mismatches(
@@ -55,12 +56,15 @@ def check(
     spark: SparkSession,
     workload: Workload,
     snapshot_dir: Path,
-    batch_dirs: list[Path],
     result: DataFrame,
     scd_type: int,
+    touched_changes: tuple[set[int], list[Change]],
 ) -> dict[str, Any]:
-    """Rows that differ from the reference (0 means correct), split touched/untouched."""
-    touched, changes = _changes(workload, batch_dirs)
+    """Rows that differ from the reference (0 means correct), split touched/untouched.
+
+    ``touched_changes`` is :func:`changes` of the run, computed once for all systems.
+    """
+    touched, all_changes = touched_changes
     touched_df = spark.createDataFrame([(k,) for k in sorted(touched)], f"{KEY} bigint")
     snapshot = spark.read.parquet(str(snapshot_dir))
     columns = workload.columns
@@ -73,12 +77,12 @@ def check(
 
     rows = result.join(touched_df, KEY, "left_semi").collect()
     if scd_type == 1:
-        want1 = fold_scd1(changes)
+        want1 = fold_scd1(all_changes)
         got1 = {r[KEY]: tuple(r[c] for c in workload.columns) for r in rows}
         bad = {k for k in want1.keys() | got1.keys() if want1.get(k) != got1.get(k)}
         touched_bad = len(bad)
     else:
-        want2 = fold_scd2(changes)
+        want2 = fold_scd2(all_changes)
         got2 = {
             (r[KEY], tuple(r[c] for c in workload.columns), r[START_AT], r[END_AT]) for r in rows
         }
