@@ -97,13 +97,71 @@ class ReservedColumnError(AutoCdcError):
 class SchemaMismatchError(AutoCdcError):
     error_class = "AUTOCDC_SCHEMA_MISMATCH"
     template = (
-        "The batch does not match target `{target}`: missing columns {missing}, unexpected "
-        "columns {unexpected}, changed types {changed}. Send the columns the target was "
-        "created with (schema evolution is not supported yet), or drop the extra ones "
-        "with `except_column_list`."
+        "The batch does not fit target `{target}`: {changed}. A batch may add nullable "
+        "columns, leave columns out, and widen types (int to bigint, float to double, "
+        "decimal precision up); anything else needs a cast in the source, "
+        "`except_column_list`, or a full refresh."
     )
 
 
 class InvalidSequenceValueError(AutoCdcError):
     error_class = "AUTOCDC_INVALID_SEQUENCE_VALUE"
     template = "{value!r} is not a valid {kind}: {why}. Expected e.g. {example}."
+
+
+class DuplicateColumnError(AutoCdcError):
+    error_class = "AUTOCDC_DUPLICATE_COLUMN"
+    template = "`{field}` names {columns} more than once. List each column once."
+
+
+class TrackHistoryColumnNotSelectedError(AutoCdcError):
+    error_class = "AUTOCDC_TRACK_HISTORY_COLUMN_NOT_SELECTED"
+    template = (
+        "`{field}` names {columns}, which {why}, so tracking them would mean nothing. "
+        "Name only selected, non-key columns in `{field}`."
+    )
+
+
+class InvalidKeyTypeError(AutoCdcError):
+    error_class = "AUTOCDC_INVALID_KEY_TYPE"
+    template = (
+        "Key column `{column}` has type {type}, which cannot identify a row reliably "
+        "(floating point keys compare NaN and -0.0 inexactly; maps have no equality). Cast "
+        "it to a string, decimal or integer in the source, or choose another key."
+    )
+
+
+class NondeterministicExpressionError(AutoCdcError):
+    error_class = "AUTOCDC_NONDETERMINISTIC_EXPRESSION"
+    template = (
+        "`{field}` is not deterministic ({expression}): a replayed batch would be "
+        "sequenced or classified differently. Use columns of the change itself (e.g. the "
+        "source's commit position or timestamp), never rand(), uuid() or current_timestamp()."
+    )
+
+
+class InvalidRetentionError(AutoCdcError):
+    error_class = "AUTOCDC_INVALID_RETENTION"
+    template = (
+        "tombstone_retention_days={value} is out of range. Use a number of days from 0 to "
+        "{maximum}."
+    )
+
+
+class DefinitionChangedError(AutoCdcError):
+    error_class = "AUTOCDC_DEFINITION_CHANGED"
+    template = (
+        "Target `{target}` was built with {field}={stored}, but the flow now declares "
+        "{field}={declared}. The stored state means something else under the new "
+        "definition. Restore the old value, or start over from the source with the new "
+        "one: flow.full_refresh(spark) drops the target, its state and quarantine."
+    )
+
+
+class ConcurrentWriteError(AutoCdcError):
+    error_class = "AUTOCDC_CONCURRENT_WRITE"
+    template = (
+        "Another writer kept committing to `{table}` while this batch was being applied "
+        "({attempts} attempts); nothing of this batch was lost or half-applied. Run one "
+        "writer per target at a time, then apply the batch again."
+    )

@@ -6,26 +6,30 @@ state (with the meta row) → sync target → collect tombstones now and then �
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import signal
 import time
 from collections.abc import Mapping
 from functools import reduce
 
+from delta.exceptions import DeltaConcurrentModificationException
 from pydantic import PrivateAttr
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField
+from pyspark.sql.types import StructField, StructType
 
-from autocdc import gc, quarantine, scd1, scd2, stage, sync, tables
+from autocdc import fit, gc, quarantine, scd1, scd2, stage, sync, tables
 from autocdc import state as st
-from autocdc.errors import SchemaMismatchError
+from autocdc.errors import ConcurrentWriteError
 from autocdc.metrics import BatchMetrics
 from autocdc.spec import END_AT, START_AT, FlowSpec
 from autocdc.stage import OP, REASON, SEQ, TRUNCATE, col
 
 CRASH_ENV = "AUTOCDC_TEST_CRASH_AT"
 GC_INTERVAL_SECONDS = 3600.0
+MAX_ATTEMPTS = 5  # of one batch against writers that keep committing meanwhile
 
 
 def _crash_point(name: str) -> None:
@@ -54,86 +58,105 @@ class AutoCdcFlow(FlowSpec):
     def quarantine_table(self) -> str:
         return self.target + tables.QUARANTINE_SUFFIX
 
-    def _layout(self, df: DataFrame) -> tuple[st.Layout, list[str]]:
-        """The state layout for this batch's schema, and the SCD2 tracked columns."""
-        seq_type = stage.sequence_type(df, self)
-        columns = self.resolve(df.columns, seq_type)
-        field = {f.name: StructField(f.name, f.dataType) for f in df.schema.fields}
-        layout = st.Layout(
-            keys=[field[k] for k in columns.keys],
-            values=[field[c] for c in columns.payload if c not in columns.keys],
-            sequence=seq_type,
-            per_column_sequences=self.ignore_null_updates and self.stored_as_scd_type == 1,
-        )
-        return layout, [c for c in columns.tracked if c not in columns.keys]
+    @property
+    def _app_id(self) -> str:
+        """The Delta transaction app id that orders this flow's state commits."""
+        return f"autocdc/{self.state_table}"
 
-    def _prepare_tables(self, spark: SparkSession, layout: st.Layout) -> None:
-        """Create target and state on the first batch; later, check the batch fits them."""
-        target_fields = layout.keys + layout.values
+    def _prepare_tables(self, spark: SparkSession, fitted: fit.Fit) -> None:
+        """Create the tables on the first batch (target first: the state table's existence
+        means both exist), or evolve them to the batch's columns."""
+        target_fields = list(fitted.target_columns)
         if self.stored_as_scd_type == 2:
-            target_fields += [
-                StructField(START_AT, layout.sequence),
-                StructField(END_AT, layout.sequence),
-            ]
-        if not tables.exists(spark, self.target):
-            st.create(spark, self.state_table, layout)
-            tables.create(spark, self.target, st.StructType(target_fields))
-            return
-        have = {f.name: f.dataType for f in spark.read.table(self.target).schema.fields}
-        have_seq = spark.read.table(self.state_table).schema[st.UPS].dataType
-        want = {f.name: f.dataType for f in target_fields}
-        changed = [
-            f"{n}: {have[n].simpleString()} -> {t.simpleString()}"
-            for n, t in want.items()
-            if n in have and have[n] != t
-        ]
-        if have_seq != layout.sequence:
-            changed.append(
-                f"sequence_by: {have_seq.simpleString()} -> {layout.sequence.simpleString()}"
+            seq = fitted.layout.sequence
+            target_fields += [StructField(START_AT, seq), StructField(END_AT, seq)]
+        if fitted.creating:
+            tables.create(spark, self.target, StructType(target_fields))
+            _crash_point("after_target_create")
+            st.create(
+                spark,
+                self.state_table,
+                fitted.layout,
+                fit.definition(self, fitted.layout.sequence),
             )
-        missing = [n for n in have if n not in want]
-        unexpected = [n for n in want if n not in have]
-        if missing or unexpected or changed:
-            raise SchemaMismatchError(
-                target=self.target, missing=missing, unexpected=unexpected, changed=changed
-            )
+        elif fitted.evolving:
+            tables.evolve(spark, self.target, target_fields, before=START_AT)
+            tables.evolve(spark, self.state_table, fitted.layout.schema().fields, before=None)
 
     def apply(self, df: DataFrame) -> BatchMetrics:
-        """Apply one micro-batch of changes; safe to repeat after a crash."""
+        """Apply one micro-batch of changes; safe to repeat after a crash.
+
+        Another writer committing to the flow meanwhile makes this batch start over
+        against the new state (a few times, then :class:`ConcurrentWriteError`).
+        """
         started = time.perf_counter()
         spark = df.sparkSession
-        layout, tracked = self._layout(df)
-        self._prepare_tables(spark, layout)
-        if self.stored_as_scd_type == 2:
-            return self._apply_scd2(spark, df, layout, tracked, started)
-        keys = layout.key_names
+        stage.check_deterministic(df, self)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                return self._apply_once(spark, df, started)
+            except (tables.LostRace, DeltaConcurrentModificationException):
+                self._synced = None  # re-read from the state the winner committed
+                time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
+        raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 
-        meta_row = st.meta_frame(spark, self.state_table, layout).first()
-        meta = st.read_meta(meta_row)
-        meta_df = spark.createDataFrame([meta_row], layout.schema())
-        batch_id = meta.batch + 1
+    def _apply_once(self, spark: SparkSession, df: DataFrame, started: float) -> BatchMetrics:
+        fitted = fit.fit(spark, self, df, self.state_table)
+        self._prepare_tables(spark, fitted)
+        layout = fitted.layout
+        stored = set(layout.key_names + layout.value_names)
+        conformed = df.select(*[col(c) for c in df.columns if c not in stored], *fitted.conform)
+        # Read the meta row first: every commit takes the batch id after the one read here,
+        # so state read later (newer) can only make this writer lose the race, never win it.
+        meta_df = st.meta_frame(spark, self.state_table, layout).localCheckpoint()
+        meta = st.read_meta(meta_df)
         synced = meta.synced if self._synced is None else self._synced
+        staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
+        try:
+            if self.stored_as_scd_type == 2:
+                return self._apply_scd2(
+                    spark, staged, layout, fitted.tracked, meta, synced, started
+                )
+            return self._apply_scd1(spark, staged, layout, meta_df, meta, synced, started)
+        finally:
+            staged.tagged.unpersist()
 
-        staged = stage.stage(df, self, keys)
-        counts = staged.tagged.agg(
+    def _apply_scd1(
+        self,
+        spark: SparkSession,
+        staged: stage.StagedBatch,
+        layout: st.Layout,
+        meta_df: DataFrame,
+        meta: st.Meta,
+        synced: int,
+        started: float,
+    ) -> BatchMetrics:
+        keys = layout.key_names
+        batch_id = meta.batch + 1
+        counts_df = staged.tagged.agg(
             F.count(F.lit(1)).alias("rows_in"),
             F.count(col(REASON)).alias("rejected"),
             F.count(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), 1)).alias("truncates"),
             F.count(F.when(col(REASON).isNull() & (col(OP) != TRUNCATE), 1)).alias("keyed"),
-            F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias("max_t"),
-        ).first()
-        truncate = scd1.truncate_horizon(spark, counts["max_t"], meta_df, layout)
+            F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias(
+                scd1.NEW_TRUNC
+            ),
+        ).localCheckpoint()
+        counts = counts_df.drop(scd1.NEW_TRUNC).first()
+        truncate = scd1.truncate_horizon(counts_df, meta_df)
 
         old = st.state_rows(spark, self.state_table)
         truncating = (
-            counts["max_t"] is not None
+            counts["truncates"] > 0
             and truncate.where(
                 F.coalesce(col(scd1.NEW_TRUNC) != col(scd1.M_TRUNC), F.lit(True))
             ).count()
             > 0
         )
         if not truncating:  # key-pruned: only the state of keys in this batch
-            batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*keys).distinct()
+            batch_keys = (
+                staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys]).distinct()
+            )
             old = old.join(batch_keys, keys, "left_semi")
         old = st.current(old, keys).localCheckpoint()  # read once, used twice
 
@@ -166,34 +189,27 @@ class AutoCdcFlow(FlowSpec):
         quarantined = counts["rejected"] + ev["late"]
         if quarantined:
             late_rows = events.where(col(scd1.LATE)).select(*staged.source_columns, SEQ, REASON)
-            rows = quarantine.rows(
-                staged.rejected.unionByName(late_rows),
-                staged.source_columns,
-                self.flow_name,
-                batch_id,
-            )
-            quarantine.write(spark, self.quarantine_table, rows)
+            self._quarantine(spark, staged, staged.rejected.unionByName(late_rows), batch_id)
         _crash_point("after_quarantine")
 
         if ns["changed"] == 0 and not quarantined and synced == meta.batch:
             # Nothing to record (e.g. a replay): no commit, the batch id is not used up.
-            staged.tagged.unpersist()
             return self._metrics(
                 meta.batch, counts, ev, ns, quarantined, meta.tombstones, 0, started
             )
         tombstones = meta.tombstones + ns["tombstone_delta"]
+        grown = st.Meta(
+            batch_id, synced, tombstones, meta.rows + ns["changed"], meta.keys + ns["new_keys"]
+        )
         new_meta = meta_df.crossJoin(truncate.select(scd1.NEW_TRUNC)).select(
             F.lit(st.META_ROW).alias(st.KIND),
             col(scd1.NEW_TRUNC).alias(st.DEL),
             col(st.FLOOR),
-            F.lit(batch_id).alias(st.BATCH),
-            F.lit(synced).alias(st.SYNCED),
-            F.lit(tombstones).alias(st.TOMBSTONES),
-            F.lit(meta.rows + ns["changed"]).alias(st.ROWS),
-            F.lit(meta.keys + ns["new_keys"]).alias(st.KEYS),
+            *st.meta_counters(grown),
             F.current_timestamp().alias(st.UPDATED_AT),
         )
-        st.append(self.state_table, layout.select(new_state).unionByName(layout.select(new_meta)))
+        rows = layout.select(new_state).unionByName(layout.select(new_meta))
+        tables.guarded_write(spark, self.state_table, rows, "append", self._app_id, batch_id)
         _crash_point("after_state_commit")
 
         sync.sync_scd1(spark, self.target, self.state_table, layout, after_batch=synced)
@@ -202,30 +218,25 @@ class AutoCdcFlow(FlowSpec):
 
         collected = 0
         due = self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_SECONDS
-        grown = st.Meta(
-            batch_id, batch_id, tombstones, meta.rows + ns["changed"], meta.keys + ns["new_keys"]
-        )
         if (due and tombstones > 0) or gc.compaction_due(grown):
-            collected = self._collect(spark, layout)
-        staged.tagged.unpersist()
+            # Another writer moved on meanwhile: the next batch compacts.
+            with contextlib.suppress(tables.LostRace, DeltaConcurrentModificationException):
+                collected = self._collect(spark, layout)
         return self._metrics(batch_id, counts, ev, ns, quarantined, tombstones, collected, started)
 
     def _apply_scd2(
         self,
         spark: SparkSession,
-        df: DataFrame,
+        staged: stage.StagedBatch,
         layout: st.Layout,
         tracked: list[str],
+        meta: st.Meta,
+        synced: int,
         started: float,
     ) -> BatchMetrics:
         """Type 2: log the batch's new changes, then rebuild the touched keys' history."""
         keys = layout.key_names
-        meta_row = st.meta_frame(spark, self.state_table, layout).first()
-        meta = st.read_meta(meta_row)
         batch_id = meta.batch + 1
-        synced = meta.synced if self._synced is None else self._synced
-
-        staged = stage.stage(df, self, keys)
         counts = staged.tagged.agg(
             F.count(F.lit(1)).alias("rows_in"),
             F.count(col(REASON)).alias("rejected"),
@@ -234,9 +245,12 @@ class AutoCdcFlow(FlowSpec):
         ).first()
         events = scd2.event_rows(staged.changes, layout, batch_id).localCheckpoint()
         logged = tables.read(spark, self.state_table).where(col(st.KIND) == scd2.EVENT_ROW)
-        logged = logged.join(events.select(*keys).distinct(), keys, "left_semi")
+        logged = logged.join(events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi")
+        fields = {f.name: f.dataType for f in layout.schema().fields}
         same = [
-            F.col(f"n.`{c}`").eqNullSafe(F.col(f"o.`{c}`"))
+            st.comparable(c, fields[c], col(c, "n")).eqNullSafe(
+                st.comparable(c, fields[c], col(c, "o"))
+            )
             for c in [*keys, st.UPS, st.LIVE, *layout.value_names]
         ]
         new_events = (
@@ -251,8 +265,7 @@ class AutoCdcFlow(FlowSpec):
         ).first()
         quarantined = counts["rejected"]
         if quarantined:
-            rows = quarantine.rows(staged.rejected, staged.source_columns, self.flow_name, batch_id)
-            quarantine.write(spark, self.quarantine_table, rows)
+            self._quarantine(spark, staged, staged.rejected, batch_id)
         _crash_point("after_quarantine")
 
         ns = {
@@ -267,18 +280,17 @@ class AutoCdcFlow(FlowSpec):
             "stale": ev["distinct"] - new["upserts"] - new["deletes"],
         }
         if new["upserts"] + new["deletes"] == 0 and not quarantined and synced == meta.batch:
-            staged.tagged.unpersist()
             return self._metrics(meta.batch, counts, stats, ns, quarantined, 0, 0, started)
+        grown = st.Meta(batch_id, synced, 0, 0, 0)
         new_meta = layout.select(
             spark.range(1).select(
                 F.lit(st.META_ROW).alias(st.KIND),
-                F.lit(batch_id).alias(st.BATCH),
-                F.lit(synced).alias(st.SYNCED),
-                F.lit(0).alias(st.TOMBSTONES),
+                *st.meta_counters(grown),
                 F.current_timestamp().alias(st.UPDATED_AT),
             )
         )
-        st.append(self.state_table, new_events.unionByName(new_meta))
+        rows = new_events.unionByName(new_meta)
+        tables.guarded_write(spark, self.state_table, rows, "append", self._app_id, batch_id)
         _crash_point("after_state_commit")
         scd2.sync(
             spark,
@@ -291,8 +303,13 @@ class AutoCdcFlow(FlowSpec):
         )
         self._synced = batch_id
         _crash_point("after_target_commit")
-        staged.tagged.unpersist()
         return self._metrics(batch_id, counts, stats, ns, quarantined, 0, 0, started)
+
+    def _quarantine(
+        self, spark: SparkSession, staged: stage.StagedBatch, rejected: DataFrame, batch_id: int
+    ) -> None:
+        rows = quarantine.rows(rejected, staged.source_columns, self.flow_name, batch_id)
+        quarantine.write(spark, self.quarantine_table, rows)
 
     def _metrics(
         self,
@@ -344,19 +361,39 @@ class AutoCdcFlow(FlowSpec):
 
         ``apply`` also does this at most once an hour, and whenever superseded state rows
         outnumber current ones; call it from a maintenance job to control when the state
-        table is rewritten.
+        table is rewritten. SCD type 2 keeps its whole change log (deletes are history):
+        nothing is collected, and nothing is rewritten.
         """
-        if not tables.exists(spark, self.state_table):
+        if self.stored_as_scd_type == 2 or not tables.exists(spark, self.state_table):
             return 0
-        layout = st.Layout.of_table(spark, self.state_table, self.keys)
-        if self._synced is None:
-            self._synced = st.read_meta(
-                st.meta_frame(spark, self.state_table, layout).first()
-            ).synced
-        return self._collect(spark, layout)
+        layout = st.Layout.of_table(spark, self.state_table)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                return self._collect(spark, layout)
+            except (tables.LostRace, DeltaConcurrentModificationException):
+                time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
+        raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 
     def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
         self._last_gc = time.monotonic()
-        return gc.compact(
-            spark, self.state_table, layout, self.tombstone_retention_days, self._synced or 0
+        collected, synced = gc.compact(
+            spark,
+            self.state_table,
+            layout,
+            self.tombstone_retention_days,
+            self._app_id,
+            self._synced or 0,
         )
+        self._synced = synced
+        return collected
+
+    def full_refresh(self, spark: SparkSession) -> None:
+        """Drop the target, its state and its quarantine: the next ``apply`` starts over.
+
+        The way to change what the state depends on (keys, the sequence's type, the SCD
+        type, ``ignore_null_updates``): replay the source from the start afterwards.
+        """
+        for table in (self.target, self.state_table, self.quarantine_table):
+            tables.drop(spark, table)
+        self._synced = None
+        self._last_gc = None

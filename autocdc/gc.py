@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from autocdc import state as st
+from autocdc import tables
 from autocdc.stage import col
 
 COLLECTED, MAX_DEL, KEPT = "__autocdc_collected", "__autocdc_max_del", "__autocdc_kept"
@@ -34,12 +35,23 @@ def compact(
     state_table: str,
     layout: st.Layout,
     retention_days: float,
+    app_id: str,
     synced_batch: int,
-) -> int:
+) -> tuple[int, int]:
     """Rewrite the state as current rows, minus dead rows untouched for
-    ``retention_days`` whose delete already reached the target; return how many died."""
+    ``retention_days`` whose delete already reached the target (batch at or below
+    ``synced_batch``); one guarded commit that takes the next batch id.
+
+    Returns (tombstones collected, the batch the target is known synced to afterwards).
+    """
+    # The meta row first: its batch id guards the commit (see tables.guarded_write).
+    meta = st.meta_frame(spark, state_table, layout).localCheckpoint()
+    before = st.read_meta(meta)
+    batch = before.batch + 1
+    synced = max(before.synced, synced_batch)
+    synced = batch if synced >= before.batch else synced  # the rewrite adds no changes
     cutoff = datetime.now(timezone.utc) - timedelta(days=retention_days)
-    victim = ~col(st.LIVE) & (col(st.UPDATED_AT) <= F.lit(cutoff)) & (col(st.BATCH) <= synced_batch)
+    victim = ~col(st.LIVE) & (col(st.UPDATED_AT) <= F.lit(cutoff)) & (col(st.BATCH) <= synced)
     rows = (
         st.current(st.state_rows(spark, state_table), layout.key_names)
         .withColumn(COLLECTED, victim)
@@ -50,17 +62,19 @@ def compact(
         F.max(F.when(col(COLLECTED), col(st.DEL))).alias(MAX_DEL),
         F.count(F.when(~col(COLLECTED), 1)).alias(KEPT),
     )
-    meta = (
-        st.meta_frame(spark, state_table, layout)
-        .crossJoin(stats)
+    new_meta = (
+        meta.crossJoin(stats)
         .withColumn(st.FLOOR, F.greatest(st.FLOOR, MAX_DEL))
         .withColumn(st.TOMBSTONES, col(st.TOMBSTONES) - col(COLLECTED))
-        .withColumn(st.SYNCED, F.greatest(st.SYNCED, F.lit(synced_batch).cast("long")))
+        .withColumn(st.BATCH, F.lit(batch).cast("long"))
+        .withColumn(st.SYNCED, F.lit(synced).cast("long"))
         .withColumn(st.ROWS, col(KEPT))
         .withColumn(st.KEYS, col(KEPT))
+        .withColumn(st.UPDATED_AT, F.current_timestamp())
         .localCheckpoint()
     )
-    collected = meta.first()[COLLECTED]
+    collected = new_meta.select(COLLECTED).first()[COLLECTED]
     kept = layout.select(rows.where(~col(COLLECTED)))
-    kept.unionByName(layout.select(meta)).writeTo(state_table).overwrite(F.lit(True))
-    return collected
+    rewritten = kept.unionByName(layout.select(new_meta))
+    tables.guarded_write(spark, state_table, rewritten, "overwrite", app_id, batch)
+    return collected, synced

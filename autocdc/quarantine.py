@@ -33,10 +33,11 @@ def rows(rejected: DataFrame, source_columns: list[str], flow: str, batch_id: in
         F.lit(batch_id).cast("long").alias("batch_id"),
         col(REASON).alias("reason"),
         col(SEQ).cast("string").alias("sequence"),
-        # Keep NULL fields: a NULL key is often the very reason the row is here.
-        F.to_json(F.struct(*[col(c) for c in source_columns]), {"ignoreNullFields": "false"}).alias(
-            "row"
-        ),
+        # Keep NULL fields: a NULL key is often the very reason the row is here. Fields in
+        # name order: a row resent with its columns in another order is the same content.
+        F.to_json(
+            F.struct(*[col(c) for c in sorted(source_columns)]), {"ignoreNullFields": "false"}
+        ).alias("row"),
         F.current_timestamp().alias("quarantined_at"),
     )
 

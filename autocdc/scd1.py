@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
 
 from autocdc import state as st
 from autocdc.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
-# Per-event and per-key working columns (never stored).
-OLD_PREFIX = "__autocdc_o_"  # old state, as of before this batch
+# Per-event and per-key working columns (never stored); see state.derived for names.
 M_GC, M_TRUNC, NEW_TRUNC = "__autocdc_m_gc", "__autocdc_m_trunc", "__autocdc_new_trunc"
 DEDUP = "__autocdc_dedup"
 LATE, STALE = "__autocdc_late", "__autocdc_stale"
@@ -41,31 +39,37 @@ IMAGE_CHANGED = "__autocdc_image_changed"
 
 
 def b_col(name: str) -> str:
-    return f"__autocdc_b__{name}"
+    """The batch's winning value of user column ``name`` (ignore_null_updates)."""
+    return st.derived("b", name)
+
+
+def b_ver(name: str) -> str:
+    """The (sequence, value) that won column ``name`` in the batch."""
+    return st.derived("bv", name)
 
 
 def old(name: str) -> str:
-    return f"{OLD_PREFIX}{name}"
+    """Column ``name`` of the key's state as of before this batch."""
+    return st.derived("o", name)
 
 
-def _row_tie(layout: st.Layout, prefix: str = "") -> Column:
-    """The tie-breaker of equal-sequence upserts: the row's values, in target order."""
+def _row_tie(layout: st.Layout, rename: bool = False) -> Column:
+    """The tie-breaker of equal-sequence upserts: the row's values, in stored order."""
     return F.struct(
-        *[st.comparable(prefix + f.name, f.dataType).alias(f.name) for f in layout.values]
+        *[
+            st.comparable(old(f.name) if rename else f.name, f.dataType).alias(f.name)
+            for f in layout.values
+        ]
     )
 
 
-def truncate_horizon(
-    spark: SparkSession, batch_max: object, meta: DataFrame, layout: st.Layout
-) -> DataFrame:
+def truncate_horizon(batch_max: DataFrame, meta: DataFrame) -> DataFrame:
     """One row: the truncate horizon before (M_TRUNC) and after (NEW_TRUNC) this batch,
-    and the collected-tombstone horizon (M_GC). Built on the driver: no Spark job."""
-    batch = spark.createDataFrame(
-        [(batch_max,)], StructType([StructField(NEW_TRUNC, layout.sequence)])
-    )
+    and the collected-tombstone horizon (M_GC). ``batch_max`` is one row with the
+    batch's greatest truncate sequence in NEW_TRUNC; horizons never leave Spark."""
     return (
         F.broadcast(meta.select(col(st.FLOOR).alias(M_GC), col(st.DEL).alias(M_TRUNC)))
-        .crossJoin(batch)
+        .crossJoin(batch_max.select(NEW_TRUNC))
         .select(F.greatest(NEW_TRUNC, M_TRUNC).alias(NEW_TRUNC), M_TRUNC, M_GC)
     )
 
@@ -90,19 +94,25 @@ def classify(
     keyed = keyed.dropDuplicates([*keys, SEQ, OP, DEDUP])
 
     olds = old_state.select(
-        *keys,
+        *[col(k) for k in keys],
         *[col(c).alias(old(c)) for c in (st.UPS, st.DEL, st.FLOOR)],
         F.lit(True).alias(OLD_EXISTS),
     )
     events = keyed.join(olds, keys, "left").crossJoin(F.broadcast(truncate))
-    floor = F.when(col(OLD_EXISTS), col(old(st.FLOOR))).otherwise(col(M_GC))
-    late = F.coalesce(col(SEQ) <= floor, F.lit(False)) if quarantine_late else F.lit(False)
+    # The horizon rule is for keys with no state; a key with state (re-created after its
+    # tombstone was collected) judges its own old changes: stale, below its floor.
+    late = (
+        col(OLD_EXISTS).isNull() & F.coalesce(col(SEQ) <= col(M_GC), F.lit(False))
+        if quarantine_late
+        else F.lit(False)
+    )
     newest_old = F.greatest(old(st.UPS), old(st.DEL))
     # At or below what the state held; a delete at the upsert's own sequence still wins.
     stale = F.coalesce(
         (col(SEQ) < newest_old)
         | (col(SEQ) == col(old(st.DEL)))
-        | ((col(OP) == UPSERT) & (col(SEQ) == col(old(st.UPS)))),
+        | ((col(OP) == UPSERT) & (col(SEQ) == col(old(st.UPS))))
+        | _below_floor(),
         F.lit(False),
     )
     events = (
@@ -113,12 +123,17 @@ def classify(
     return events
 
 
+def _below_floor() -> Column:
+    """At or below the collected-tombstone horizon the key's state was created under."""
+    return F.coalesce(col(SEQ) <= col(old(st.FLOOR)), F.lit(False))
+
+
 def fold(
     events: DataFrame, old_state: DataFrame, truncate: DataFrame, layout: st.Layout, batch_id: int
 ) -> DataFrame:
     """The new state rows of every key whose state this batch changes."""
     # A change at or below the key's stored delete is dead on arrival: leave the row as is.
-    dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False))
+    dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False)) | _below_floor()
     per_key = _fold_batch(events.where(~col(LATE) & ~dead), layout)
     return _combine(per_key, old_state, truncate, layout, batch_id)
 
@@ -142,7 +157,7 @@ def _fold_batch(events: DataFrame, layout: st.Layout) -> DataFrame:
                 F.struct(col(SEQ).alias("s"), st.comparable(f.name, f.dataType).alias("t")),
             )
             aggs += [
-                F.max(ver).alias(b_col(f.name) + "_ver"),
+                F.max(ver).alias(b_ver(f.name)),
                 F.max_by(col(f.name), ver).alias(b_col(f.name)),
             ]
     else:
@@ -165,7 +180,9 @@ def _combine(
     keys, values = layout.key_names, layout.value_names
     stored = [c for c in layout.schema().names if c not in keys and c != st.KIND]
     olds = old_state.select(
-        *keys, *[col(c).alias(old(c)) for c in stored], F.lit(True).alias(OLD_EXISTS)
+        *[col(k) for k in keys],
+        *[col(c).alias(old(c)) for c in stored],
+        F.lit(True).alias(OLD_EXISTS),
     )
     df = per_key.join(olds, keys, "full").crossJoin(F.broadcast(truncate))
     old_exists = F.coalesce(col(OLD_EXISTS), F.lit(False))
@@ -184,7 +201,7 @@ def _combine(
                     st.comparable(old(f.name), f.dataType).alias("t"),
                 ),
             )
-            new_ver = col(b_col(f.name) + "_ver")
+            new_ver = col(b_ver(f.name))
             take = new_ver.isNotNull() & (old_ver.isNull() | (new_ver > old_ver))
             seq = F.when(take, new_ver["s"]).otherwise(col(old(st.column_seq(f.name))))
             wiped = F.coalesce(seq <= dele, F.lit(False))  # a later delete erased it
@@ -196,7 +213,7 @@ def _combine(
     else:
         old_ver = F.when(
             col(old(st.UPS)).isNotNull(),
-            F.struct(col(old(st.UPS)).alias("s"), _row_tie(layout, OLD_PREFIX).alias("t")),
+            F.struct(col(old(st.UPS)).alias("s"), _row_tie(layout, rename=True).alias("t")),
         )
         take = col(B_VER).isNotNull() & (old_ver.isNull() | (col(B_VER) > old_ver))
         for v in values:

@@ -71,19 +71,25 @@ def history(
     else:  # equal-sequence upserts: the greatest row wins
         best = F.max_by(F.struct(*[col(v) for v in values]), _values_tie(layout))
         merged = [best.alias(VALUES)]
-    upserts = upserts.groupBy(*keys, st.UPS).agg(*merged)
+    key_cols = [col(k) for k in keys]
+    upserts = upserts.groupBy(*key_cols, st.UPS).agg(*merged)
     if not ignore_null_updates:
-        upserts = upserts.select(*keys, st.UPS, *[col(VALUES)[v].alias(v) for v in values])
-    deletes = log.where(~col(st.LIVE)).select(*keys, st.UPS, *values).distinct()
+        upserts = upserts.select(*key_cols, st.UPS, *[col(VALUES)[v].alias(v) for v in values])
+    deletes = (
+        log.where(~col(st.LIVE))
+        .select(*key_cols, st.UPS)
+        .distinct()  # a delete carries no values (and maps cannot be made distinct)
+        .select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in layout.values])
+    )
     rows = upserts.withColumn(RANK, F.lit(0)).unionByName(deletes.withColumn(RANK, F.lit(1)))
 
-    order = Window.partitionBy(*keys).orderBy(st.UPS, RANK)
+    order = Window.partitionBy(*key_cols).orderBy(st.UPS, RANK)
     upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     is_delete = col(RANK) == 1
     if ignore_null_updates:  # a NULL keeps the latest non-NULL value since the last delete
         rows = rows.withColumn(SEG, F.sum(is_delete.cast("int")).over(upto))
         in_segment = (
-            Window.partitionBy(*keys, SEG)
+            Window.partitionBy(*key_cols, SEG)
             .orderBy(st.UPS, RANK)
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )
@@ -107,7 +113,7 @@ def history(
     )
     versions = (
         rows.where(~is_delete)
-        .groupBy(*keys, VERSION)
+        .groupBy(*key_cols, VERSION)
         .agg(
             F.min(st.UPS).alias(START_AT),
             F.max(F.when(col(START), col(NEXT))).alias(END_AT),
@@ -115,7 +121,7 @@ def history(
         )
     )
     return versions.where(F.coalesce(col(START_AT) != col(END_AT), F.lit(True))).select(
-        *keys, *[col(VALUES)[v].alias(v) for v in values], START_AT, END_AT
+        *key_cols, *[col(VALUES)[v].alias(v) for v in values], START_AT, END_AT
     )
 
 
@@ -135,17 +141,20 @@ def sync(
     """
     keys, values = layout.key_names, layout.value_names
     log = tables.read(spark, state_table).where(col(st.KIND) == EVENT_ROW)
-    touched = log.where(col(st.BATCH) > after_batch).select(*keys).distinct()
+    touched = log.where(col(st.BATCH) > after_batch).select(*[col(k) for k in keys]).distinct()
     fresh = history(log.join(touched, keys, "left_semi"), layout, tracked, ignore_null_updates)
     stale = (
         tables.read(spark, target)
         .join(touched, keys, "left_semi")
-        .join(fresh.select(*keys, START_AT), [*keys, START_AT], "left_anti")
+        .join(fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti")
     )
     source = fresh.withColumn(GONE, F.lit(False)).unionByName(stale.withColumn(GONE, F.lit(True)))
-    q = tables.quote
+    q = tables.ident
     on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in [*keys, START_AT])
-    same = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in [*values, END_AT])
+    same = " AND ".join(
+        [st.same_sql(f.name, f.dataType) for f in layout.values]
+        + [st.same_sql(END_AT, layout.sequence)]
+    )
     (
         DeltaTable.forName(spark, target)
         .alias("t")

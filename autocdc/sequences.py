@@ -36,9 +36,9 @@ def parse_hex_sequence(value: str) -> tuple[int, ...]:
 
 
 def hex_sequence(column: str | Column) -> Column:
-    """A Spark struct of up to four unsigned 64-bit sections, ordered section by section.
+    """A Spark struct of four sections (unsigned 64-bit), ordered section by section.
 
-    Missing sections are NULL and order first, like a shorter tuple in Python. A value
+    Missing sections are -1, so they order first, like a shorter tuple in Python. A value
     that is not of the form is NULL, so its row is quarantined as a NULL sequence.
     """
     value = F.col(column) if isinstance(column, str) else column
@@ -48,7 +48,10 @@ def hex_sequence(column: str | Column) -> Column:
         valid,
         F.struct(
             *[
-                F.conv(F.get(sections, i), 16, 10).cast("decimal(20,0)").alias(f"s{i}")
+                F.coalesce(
+                    F.conv(F.get(sections, i), 16, 10).cast("decimal(20,0)"),
+                    F.lit(-1).cast("decimal(20,0)"),
+                ).alias(f"s{i}")
                 for i in range(MAX_SECTIONS)
             ]
         ),

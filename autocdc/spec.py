@@ -14,10 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     DataType,
     DateType,
     DecimalType,
+    FractionalType,
     IntegralType,
+    MapType,
     StringType,
     StructType,
     TimestampNTZType,
@@ -26,10 +29,14 @@ from pyspark.sql.types import (
 
 from autocdc.errors import (
     ConflictingColumnListsError,
+    DuplicateColumnError,
     EmptyKeysError,
+    InvalidKeyTypeError,
+    InvalidRetentionError,
     InvalidSequenceTypeError,
     KeyNotSelectedError,
     ReservedColumnError,
+    TrackHistoryColumnNotSelectedError,
     TrackHistoryWithScd1Error,
     TruncateWithScd2Error,
     UnknownColumnError,
@@ -40,6 +47,9 @@ START_AT = "__START_AT"
 END_AT = "__END_AT"
 
 ColumnOrSql = str | Column
+# A hundred years: far beyond any sensible retention, far from date arithmetic overflow.
+MAX_RETENTION_DAYS = 36_500
+TRACK_HISTORY_LISTS = ("track_history_column_list", "track_history_except_column_list")
 
 
 def is_reserved(name: str) -> bool:
@@ -58,6 +68,28 @@ def is_orderable_sequence(data_type: DataType) -> bool:
     )
 
 
+def has_map(data_type: DataType) -> bool:
+    """Maps have no equality or order in Spark: they compare as JSON where needed."""
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, StructType):
+        return any(has_map(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return has_map(data_type.elementType)
+    return False
+
+
+def is_unreliable_key(data_type: DataType) -> bool:
+    """Floating point (NaN, -0.0) and map values make poor row identities."""
+    if isinstance(data_type, StructType):
+        return any(is_unreliable_key(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return is_unreliable_key(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return True
+    return isinstance(data_type, FractionalType) and not isinstance(data_type, DecimalType)
+
+
 def to_column(value: ColumnOrSql) -> Column:
     return value if isinstance(value, Column) else F.expr(value)
 
@@ -67,7 +99,7 @@ class ResolvedColumns:
     """The flow's columns for one change-feed schema."""
 
     keys: list[str]
-    payload: list[str]  # target columns, keys included, in source order
+    payload: list[str]  # target columns, keys included (column_list order, else source order)
     tracked: list[str]  # SCD type 2: columns whose change opens a new version
 
 
@@ -97,7 +129,7 @@ class FlowSpec(BaseModel):
     track_history_column_list: list[str] | None = None
     track_history_except_column_list: list[str] | None = None
     tombstone_retention_days: float = Field(
-        default=7.0, ge=0, description="How long a delete is remembered to reject older upserts."
+        default=7.0, description="How long a delete is remembered to reject older upserts."
     )
     late_beyond_horizon: Literal["quarantine", "apply"] = Field(
         default="quarantine",
@@ -120,10 +152,25 @@ class FlowSpec(BaseModel):
     def _check(self) -> FlowSpec:
         if not self.keys or any(not k for k in self.keys):
             raise EmptyKeysError()
-        pairs = [
-            ("column_list", "except_column_list"),
-            ("track_history_column_list", "track_history_except_column_list"),
-        ]
+        if not 0 <= self.tombstone_retention_days <= MAX_RETENTION_DAYS:
+            raise InvalidRetentionError(
+                value=self.tombstone_retention_days, maximum=MAX_RETENTION_DAYS
+            )
+        lists = {
+            "keys": self.keys,
+            "column_list": self.column_list,
+            "except_column_list": self.except_column_list,
+            "track_history_column_list": self.track_history_column_list,
+            "track_history_except_column_list": self.track_history_except_column_list,
+        }
+        if isinstance(self.sequence_by, list):
+            lists["sequence_by"] = self.sequence_by
+        for field, names in lists.items():
+            seen = [n.lower() for n in names or []]
+            twice = sorted({n for n in names or [] if seen.count(n.lower()) > 1})
+            if twice:
+                raise DuplicateColumnError(field=field, columns=twice)
+        pairs = [("column_list", "except_column_list"), TRACK_HISTORY_LISTS]
         for first, second in pairs:
             if getattr(self, first) is not None and getattr(self, second) is not None:
                 raise ConflictingColumnListsError(first=first, second=second)
@@ -141,7 +188,28 @@ class FlowSpec(BaseModel):
             removed = [k for k in self.keys if k in self.except_column_list]
             if removed:
                 raise KeyNotSelectedError(columns=removed, field="except_column_list")
+        self._check_track_history()
         return self
+
+    def _check_track_history(self) -> None:
+        """A track-history list may name only selected, non-key columns."""
+        for field in TRACK_HISTORY_LISTS:
+            names = getattr(self, field) or []
+            keys = [c for c in names if c in self.keys]
+            if keys:
+                raise TrackHistoryColumnNotSelectedError(
+                    field=field, columns=keys, why="are keys (a key never changes in a version)"
+                )
+            excluded = [
+                c
+                for c in names
+                if c in (self.except_column_list or [])
+                or (self.column_list is not None and c not in self.column_list)
+            ]
+            if excluded:
+                raise TrackHistoryColumnNotSelectedError(
+                    field=field, columns=excluded, why="are not in the target"
+                )
 
     @property
     def flow_name(self) -> str:
@@ -150,31 +218,42 @@ class FlowSpec(BaseModel):
     def sequence_column(self) -> Column:
         """The sequence as one orderable value (a struct for a list of columns)."""
         if isinstance(self.sequence_by, list):
-            return F.struct(*[F.col(c) for c in self.sequence_by])
+            return F.struct(*[F.col(f"`{c.replace('`', '``')}`") for c in self.sequence_by])
         return to_column(self.sequence_by)
 
-    def resolve(self, columns: list[str], sequence_type: DataType) -> ResolvedColumns:
-        """Check the spec against a change feed's columns and sequence type."""
+    def resolve(
+        self, schema: StructType, sequence_type: DataType, stored: list[str] | None = None
+    ) -> ResolvedColumns:
+        """Check the spec against a change feed's schema and sequence type.
+
+        ``stored``: the target's columns when it exists; a later batch may leave them out.
+        """
+        columns = schema.names
         reserved = [c for c in columns if is_reserved(c)]
         if reserved:
             raise ReservedColumnError(columns=reserved)
         if not is_orderable_sequence(sequence_type):
             raise InvalidSequenceTypeError(type=sequence_type.simpleString())
+        known = [*columns, *[c for c in stored or [] if c not in columns]]
         named = {
-            "keys": self.keys,
-            "column_list": self.column_list,
-            "except_column_list": self.except_column_list,
-            "track_history_column_list": self.track_history_column_list,
-            "track_history_except_column_list": self.track_history_except_column_list,
+            "keys": (self.keys, columns),
+            "column_list": (self.column_list, known),
+            "except_column_list": (self.except_column_list, known),
+            "track_history_column_list": (self.track_history_column_list, known),
+            "track_history_except_column_list": (self.track_history_except_column_list, known),
         }
         if isinstance(self.sequence_by, list):
-            named["sequence_by"] = self.sequence_by
-        for field, names in named.items():
-            unknown = [c for c in names or [] if c not in columns]
+            named["sequence_by"] = (self.sequence_by, columns)
+        for field, (names, available) in named.items():
+            unknown = [c for c in names or [] if c not in available]
             if unknown:
-                raise UnknownColumnError(field=field, columns=unknown, available=columns)
+                raise UnknownColumnError(field=field, columns=unknown, available=available)
+        types = {f.name: f.dataType for f in schema.fields}
+        for key in self.keys:
+            if is_unreliable_key(types[key]):
+                raise InvalidKeyTypeError(column=key, type=types[key].simpleString())
         if self.column_list is not None:
-            payload = [c for c in columns if c in self.column_list]
+            payload = list(self.column_list)
         else:
             excluded = set(self.except_column_list or [])
             payload = [c for c in columns if c not in excluded]

@@ -12,8 +12,13 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
 
-from autocdc.errors import QUARANTINE_NULL_KEY, QUARANTINE_NULL_SEQUENCE
+from autocdc.errors import (
+    QUARANTINE_NULL_KEY,
+    QUARANTINE_NULL_SEQUENCE,
+    NondeterministicExpressionError,
+)
 from autocdc.spec import FlowSpec, to_column
 
 SEQ = "__autocdc_seq"
@@ -23,9 +28,22 @@ REASON = "__autocdc_reason"
 UPSERT, DELETE, TRUNCATE = "U", "D", "T"
 
 
-def col(name: str) -> Column:
-    """A column by its exact name, whatever characters it holds."""
-    return F.col(f"`{name.replace('`', '``')}`")
+def quote(name: str) -> str:
+    """One identifier, backquoted: dots, spaces and backticks stay part of the name."""
+    return f"`{name.replace('`', '``')}`"
+
+
+def col(name: str, alias: str | None = None) -> Column:
+    """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
+    return F.col(quote(name) if alias is None else f"{alias}.{quote(name)}")
+
+
+def any_null(value: Column, data_type: DataType) -> Column:
+    """True when the value or any field of it (for a struct sequence) is NULL."""
+    if not isinstance(data_type, StructType):
+        return value.isNull()
+    fields = [any_null(value[f.name], f.dataType) for f in data_type.fields]
+    return reduce(lambda a, b: a | b, fields, value.isNull())
 
 
 @dataclass(frozen=True)
@@ -38,12 +56,29 @@ class StagedBatch:
     source_columns: list[str]
 
 
-def sequence_type(df: DataFrame, spec: FlowSpec):
+def sequence_type(df: DataFrame, spec: FlowSpec) -> DataType:
     return df.select(spec.sequence_column().alias(SEQ)).schema[SEQ].dataType
 
 
-def stage(df: DataFrame, spec: FlowSpec, keys: list[str]) -> StagedBatch:
-    """Tag operations and sequence; route rows with a NULL key or sequence to ``rejected``."""
+def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
+    """Refuse a sequence or operation expression that a replay could evaluate differently."""
+    exprs = {"sequence_by": spec.sequence_column()}
+    for field in ("apply_as_deletes", "apply_as_truncates"):
+        if getattr(spec, field) is not None:
+            exprs[field] = to_column(getattr(spec, field))
+    for field, expr in exprs.items():
+        jdf = getattr(df.select(expr.alias(SEQ)), "_jdf", None)
+        if jdf is None:  # Spark Connect: no analyzed plan to inspect here
+            continue
+        projected = jdf.queryExecution().analyzed().expressions().apply(0)
+        if not projected.deterministic():
+            raise NondeterministicExpressionError(field=field, expression=projected.sql())
+
+
+def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[str]) -> StagedBatch:
+    """Tag operations and sequence; route rows with a NULL key or sequence (or a NULL
+    field of a struct sequence) to ``rejected``. ``source_columns``: the batch's own
+    columns, as the quarantine keeps them."""
     is_truncate = (
         F.coalesce(to_column(spec.apply_as_truncates), F.lit(False))
         if spec.apply_as_truncates is not None
@@ -56,21 +91,21 @@ def stage(df: DataFrame, spec: FlowSpec, keys: list[str]) -> StagedBatch:
     )
     any_null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in keys])
     op = F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
+    sequenced = df.withColumn(SEQ, spec.sequence_column())
+    null_sequence = any_null(col(SEQ), sequenced.schema[SEQ].dataType)
     tagged = (
-        df.withColumn(SEQ, spec.sequence_column())
-        .withColumn(OP, op)
+        sequenced.withColumn(OP, op)
         .withColumn(
             REASON,
-            F.when(col(SEQ).isNull(), QUARANTINE_NULL_SEQUENCE).when(
+            F.when(null_sequence, QUARANTINE_NULL_SEQUENCE).when(
                 (col(OP) != TRUNCATE) & any_null_key, QUARANTINE_NULL_KEY
             ),
         )
         .cache()
     )
-    source = list(df.columns)
     return StagedBatch(
         tagged=tagged,
         changes=tagged.where(col(REASON).isNull()).drop(REASON),
         rejected=tagged.where(col(REASON).isNotNull()).drop(OP),
-        source_columns=source,
+        source_columns=source_columns,
     )

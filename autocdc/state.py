@@ -21,16 +21,15 @@ counts that decide when to compact.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
     BooleanType,
     DataType,
     LongType,
-    MapType,
     StringType,
     StructField,
     StructType,
@@ -38,6 +37,7 @@ from pyspark.sql.types import (
 )
 
 from autocdc import tables
+from autocdc.spec import END_AT, RESERVED_PREFIX, START_AT, has_map
 from autocdc.stage import col
 
 KIND = "__autocdc_kind"
@@ -56,26 +56,44 @@ META_ONLY = (SYNCED, TOMBSTONES, ROWS, KEYS)  # NULL in state rows
 STATE_ROW, META_ROW = "S", "M"
 _RANK = "__autocdc_rank"
 
+# The definition the state depends on, stored as properties of the state table.
+PROP_KEYS = "autocdc.keys"
+PROP_SEQUENCE = "autocdc.sequenceType"
+PROP_SCD_TYPE = "autocdc.scdType"
+PROP_IGNORE_NULL_UPDATES = "autocdc.ignoreNullUpdates"
+DEFINITION_FIELDS = {
+    "keys": PROP_KEYS,
+    "sequence type": PROP_SEQUENCE,
+    "stored_as_scd_type": PROP_SCD_TYPE,
+    "ignore_null_updates": PROP_IGNORE_NULL_UPDATES,
+}
+
+# Working-column names: a fixed one is `__autocdc_<word>` (no double underscore after the
+# prefix); one derived from a user column is `__autocdc_<family>__<name>`. User columns
+# may not start with `__autocdc`, so no user column and no two working columns collide.
+COLUMN_SEQ_FAMILY = "s"
+
+
+def derived(family: str, name: str) -> str:
+    """The working column of ``family`` for user column ``name``."""
+    return f"{RESERVED_PREFIX}_{family}__{name}"
+
 
 def column_seq(name: str) -> str:
     """Per-column sequence (``ignore_null_updates``): when ``name`` was last set."""
-    return f"__autocdc_s__{name}"
-
-
-def has_map(data_type: DataType) -> bool:
-    if isinstance(data_type, MapType):
-        return True
-    if isinstance(data_type, StructType):
-        return any(has_map(f.dataType) for f in data_type.fields)
-    if isinstance(data_type, ArrayType):
-        return has_map(data_type.elementType)
-    return False
+    return derived(COLUMN_SEQ_FAMILY, name)
 
 
 def comparable(name: str, data_type: DataType, source: Column | None = None) -> Column:
     """A value Spark can order and compare: maps are not, so they compare as JSON."""
     value = col(name) if source is None else source
     return F.to_json(value) if has_map(data_type) else value
+
+
+def same_sql(name: str, data_type: DataType, left: str = "t", right: str = "s") -> str:
+    """SQL: column ``name`` of ``left`` equals that of ``right``, NULL-safe (maps as JSON)."""
+    a, b = f"{left}.{tables.ident(name)}", f"{right}.{tables.ident(name)}"
+    return f"to_json({a}) <=> to_json({b})" if has_map(data_type) else f"{a} <=> {b}"
 
 
 @dataclass(frozen=True)
@@ -87,20 +105,26 @@ class Layout:
     sequence: DataType
     per_column_sequences: bool
 
-    @classmethod
-    def of_table(cls, spark: SparkSession, table: str, keys: list[str]) -> Layout:
-        """The layout of an existing state table."""
-        schema = spark.read.table(table).schema
-        user = [
+    @staticmethod
+    def user_columns(schema: StructType) -> list[StructField]:
+        """A stored table's user columns, in stored order."""
+        return [
             StructField(f.name, f.dataType)
             for f in schema.fields
-            if f.name != KIND and not f.name.startswith("__autocdc")
+            if not f.name.lower().startswith(RESERVED_PREFIX) and f.name not in (START_AT, END_AT)
         ]
+
+    @classmethod
+    def of_table(cls, spark: SparkSession, table: str) -> Layout:
+        """The layout of an existing state table (keys from its stored definition)."""
+        schema = tables.read(spark, table).schema
+        user = cls.user_columns(schema)
+        keys = json.loads(stored_definition(spark, table)[PROP_KEYS])
         return cls(
-            keys=[f for f in user if f.name in keys],
+            keys=sorted((f for f in user if f.name in keys), key=lambda f: keys.index(f.name)),
             values=[f for f in user if f.name not in keys],
             sequence=schema[UPS].dataType,
-            per_column_sequences=any(f.name.startswith("__autocdc_s__") for f in schema.fields),
+            per_column_sequences=any(f.name.startswith(column_seq("")) for f in schema.fields),
         )
 
     @property
@@ -150,15 +174,22 @@ class Meta:
     keys: int
 
 
-def create(spark: SparkSession, table: str, layout: Layout) -> None:
+def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str, str]) -> None:
+    """Create the state table with its definition in the same (first) commit."""
     tables.create(
         spark,
         table,
         layout.schema(),
         # Deletion vectors keep MERGE from rewriting whole files, and leave each batch's
         # rows in fresh files so `__autocdc_batch > n` skips old files on resync.
-        {"delta.enableDeletionVectors": "true"},
+        {"delta.enableDeletionVectors": "true", **definition},
     )
+
+
+def stored_definition(spark: SparkSession, table: str) -> dict[str, str]:
+    """The ``autocdc.*`` properties of the state table."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {tables.quote(table)}").collect()
+    return {r["key"]: r["value"] for r in rows if r["key"].startswith("autocdc.")}
 
 
 def state_rows(spark: SparkSession, table: str) -> DataFrame:
@@ -170,11 +201,6 @@ def current(rows: DataFrame, keys: list[str]) -> DataFrame:
     """Each key's current row: its row of the greatest batch."""
     newest = Window.partitionBy(*[col(k) for k in keys]).orderBy(col(BATCH).desc())
     return rows.withColumn(_RANK, F.row_number().over(newest)).where(col(_RANK) == 1).drop(_RANK)
-
-
-def append(table: str, rows: DataFrame) -> None:
-    """One commit that adds ``rows`` (state rows and the meta row) to the state table."""
-    rows.writeTo(table).append()
 
 
 def meta_frame(spark: SparkSession, table: str, layout: Layout) -> DataFrame:
@@ -193,7 +219,21 @@ def meta_frame(spark: SparkSession, table: str, layout: Layout) -> DataFrame:
     return stored.unionByName(default).orderBy(col(BATCH).desc()).limit(1)
 
 
-def read_meta(row: Row) -> Meta:
+def meta_counters(meta: Meta) -> list[Column]:
+    """The meta row's counter columns, as literals."""
+    return [
+        F.lit(meta.batch).cast("long").alias(BATCH),
+        F.lit(meta.synced).cast("long").alias(SYNCED),
+        F.lit(meta.tombstones).cast("long").alias(TOMBSTONES),
+        F.lit(meta.rows).cast("long").alias(ROWS),
+        F.lit(meta.keys).cast("long").alias(KEYS),
+    ]
+
+
+def read_meta(meta: DataFrame) -> Meta:
+    """The meta row's counters. Sequence-typed fields (horizons) stay in Spark: sent
+    through Python, a timestamp would pass the driver's local time zone."""
+    row: Row = meta.select(BATCH, SYNCED, TOMBSTONES, ROWS, KEYS).first()
     return Meta(
         batch=row[BATCH],
         synced=row[SYNCED],

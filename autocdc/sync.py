@@ -23,10 +23,10 @@ def sync_scd1(
     keys, values = layout.key_names, layout.value_names
     # Rows of every batch since the last sync; after a crash, a key may have several.
     changed = st.current(st.state_rows(spark, state_table).where(col(st.BATCH) > after_batch), keys)
-    source = changed.select(*keys, *values, st.LIVE)
-    q = tables.quote
+    source = changed.select(*[col(c) for c in [*keys, *values, st.LIVE]])
+    q = tables.ident
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
-    same = " AND ".join(f"t.{q(v)} <=> s.{q(v)}" for v in values) or "TRUE"
+    same = " AND ".join(st.same_sql(f.name, f.dataType) for f in layout.values) or "TRUE"
     live = f"s.{st.LIVE}"
     (
         DeltaTable.forName(spark, target)

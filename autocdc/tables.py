@@ -1,4 +1,4 @@
-"""Where a flow's tables live, and how they are created and found again by name.
+"""Where a flow's tables live, and how they are created, evolved, committed to and found.
 
 A flow owns three Delta tables, side by side in the warehouse:
 
@@ -10,15 +10,30 @@ A flow owns three Delta tables, side by side in the warehouse:
 
 from __future__ import annotations
 
+import logging
+import shutil
+import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
+from delta.exceptions import DeltaConcurrentModificationException
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructField, StructType
 
 STATE_SUFFIX = "__autocdc_state"
 QUARANTINE_SUFFIX = "__autocdc_quarantine"
+# Characters Delta refuses in column names unless the table maps columns by name.
+_NEEDS_MAPPING = set(" ,;{}()\n\t=")
+# How far back to look for our own commit after a guarded write.
+_HISTORY_DEPTH = 50
+
+log = logging.getLogger("autocdc")
+
+
+class LostRace(Exception):
+    """Another writer committed first: recompute the batch against the new state."""
 
 
 def _split(name: str) -> tuple[str | None, str]:
@@ -27,8 +42,13 @@ def _split(name: str) -> tuple[str | None, str]:
 
 
 def quote(name: str) -> str:
-    """Quote each part of a (possibly qualified) table or column name."""
+    """Quote each part of a (possibly qualified) table name."""
     return ".".join(f"`{part.replace('`', '``')}`" for part in name.split("."))
+
+
+def ident(name: str) -> str:
+    """Quote one column name: dots and backticks stay part of it."""
+    return f"`{name.replace('`', '``')}`"
 
 
 def warehouse_path(spark: SparkSession) -> Path:
@@ -43,8 +63,33 @@ def default_location(spark: SparkSession, name: str) -> str:
     return str(root / f"{db}.db" / table if db and db != "default" else root / table)
 
 
+def has_commits(table_dir: Path) -> bool:
+    """A Delta table exists once its first commit (or a checkpoint) is written."""
+    log_dir = table_dir / "_delta_log"
+    return any(log_dir.glob("*.json")) or any(log_dir.glob("*.checkpoint*.parquet"))
+
+
 def exists(spark: SparkSession, name: str) -> bool:
-    return spark.catalog.tableExists(name)
+    """Registered, or committed in the warehouse by another process (then registered)."""
+    if spark.catalog.tableExists(name):
+        return True
+    location = Path(default_location(spark, name))
+    if not has_commits(location):
+        return False
+    _register(spark, name, location)
+    return True
+
+
+def needs_column_mapping(names: list[str]) -> bool:
+    return any(set(n) & _NEEDS_MAPPING for n in names)
+
+
+def _mapping_properties() -> dict[str, str]:
+    return {
+        "delta.columnMapping.mode": "name",
+        "delta.minReaderVersion": "2",
+        "delta.minWriterVersion": "5",
+    }
 
 
 def create(
@@ -53,23 +98,111 @@ def create(
     schema: StructType,
     properties: dict[str, str] | None = None,
 ) -> None:
-    """Create an empty path-backed Delta table registered as ``name`` (no-op if present)."""
+    """Create an empty path-backed Delta table registered as ``name`` (no-op if present).
+
+    A folder left by a creation that was killed before its first commit holds no data;
+    it is cleared and the table created afresh.
+    """
     db, _ = _split(name)
     if db:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
+    location = Path(default_location(spark, name))
+    if location.exists() and not has_commits(location):
+        log.warning("autocdc: clearing %s, a table creation that never committed", location)
+        shutil.rmtree(location)
+    props = dict(properties or {})
+    if needs_column_mapping(schema.names):
+        props |= _mapping_properties()
     builder = (
         DeltaTable.createIfNotExists(spark)
         .tableName(name)
-        .location(default_location(spark, name))
+        .location(str(location))
         .addColumns(schema)
     )
-    for key, value in (properties or {}).items():
+    for key, value in props.items():
         builder = builder.property(key, value)
     builder.execute()
 
 
+def evolve(spark: SparkSession, name: str, fields: list[StructField], before: str | None) -> None:
+    """Give table ``name`` every column of ``fields``: add the missing ones (just before
+    column ``before`` when given, else last) and widen the types that grew. Idempotent."""
+    schema = read(spark, name).schema
+    have = {f.name: f.dataType for f in schema.fields}
+    added = [f for f in fields if f.name not in have]
+    widened = [f for f in fields if f.name in have and have[f.name] != f.dataType]
+    props: dict[str, str] = {}
+    if needs_column_mapping([f.name for f in added]):
+        props["delta.columnMapping.mode"] = "name"  # the table's protocol is upgraded
+    if widened:
+        props["delta.enableTypeWidening"] = "true"
+    if props:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        spark.sql(f"ALTER TABLE {quote(name)} SET TBLPROPERTIES ({pairs})")
+    for f in widened:
+        spark.sql(f"ALTER TABLE {quote(name)} ALTER COLUMN {ident(f.name)} TYPE {_ddl(f.dataType)}")
+    if added:
+        anchor = None  # add each new column after the previous one, before `before`
+        if before in have:
+            index = schema.names.index(before)
+            anchor = schema.names[index - 1] if index else None
+        parts = []
+        for f in added:
+            position = f" AFTER {ident(anchor)}" if anchor else (" FIRST" if before in have else "")
+            parts.append(f"{ident(f.name)} {_ddl(f.dataType)}{position}")
+            anchor = f.name if before in have else None
+        columns = ", ".join(parts)
+        spark.sql(f"ALTER TABLE {quote(name)} ADD COLUMNS ({columns})")
+
+
+def _ddl(data_type: DataType) -> str:
+    """A type as SQL DDL (nested field names quoted as needed)."""
+    return StructType([StructField("c", data_type)]).toDDL().split(" ", 1)[1]
+
+
 def read(spark: SparkSession, name: str) -> DataFrame:
     return spark.read.table(name)
+
+
+def drop(spark: SparkSession, name: str) -> None:
+    """Drop the table and its folder (a full refresh)."""
+    spark.sql(f"DROP TABLE IF EXISTS {quote(name)}")
+    shutil.rmtree(default_location(spark, name), ignore_errors=True)
+
+
+def guarded_write(
+    spark: SparkSession, name: str, rows: DataFrame, mode: str, app_id: str, version: int
+) -> None:
+    """Write ``rows`` in one commit only if no other writer committed ``version`` first.
+
+    Delta skips a write whose ``(txnAppId, txnVersion)`` is not above the table's, and
+    fails one that races a commit of the same app id. Each commit of a flow's state takes
+    the next version, so a writer that read older state either loses the race (and
+    recomputes) or is refused: it never commits over a change it did not see.
+    """
+    token = uuid.uuid4().hex
+    location = default_location(spark, name)
+    try:
+        (
+            rows.write.format("delta")
+            .mode(mode)
+            .option("txnAppId", app_id)
+            .option("txnVersion", version)
+            .option("userMetadata", token)
+            .save(location)
+        )
+    except DeltaConcurrentModificationException as error:
+        raise LostRace(str(error)) from error
+    history = DeltaTable.forPath(spark, location).history(_HISTORY_DEPTH)
+    if not history.where(history.userMetadata == token).take(1):
+        raise LostRace(f"version {version} of {name} was committed by another writer")
+
+
+def _register(spark: SparkSession, name: str, table_dir: Path) -> None:
+    db, _ = _split(name)
+    if db:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {quote(name)} USING DELTA LOCATION '{table_dir}'")
 
 
 def register_warehouse_tables(spark: SparkSession) -> list[str]:
@@ -77,19 +210,23 @@ def register_warehouse_tables(spark: SparkSession) -> list[str]:
 
     This is what makes path-backed tables survive the end of a process: the next
     session finds ``<warehouse>/t/_delta_log`` and ``<warehouse>/db.db/t/_delta_log``.
+    A folder whose creation never committed (a process killed while creating it) is
+    reported and skipped: the next ``apply`` of its flow creates it again.
     """
     root = warehouse_path(spark)
     found: list[str] = []
-    for log in sorted(root.glob("*/_delta_log")) + sorted(root.glob("*.db/*/_delta_log")):
-        table_dir = log.parent
+    for log_dir in sorted(root.glob("*/_delta_log")) + sorted(root.glob("*.db/*/_delta_log")):
+        table_dir = log_dir.parent
         parent = table_dir.parent
         name = table_dir.name if parent == root else f"{parent.name[:-3]}.{table_dir.name}"
-        db, _ = _split(name)
-        if db:
-            spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
-        if not exists(spark, name):
-            spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {quote(name)} USING DELTA LOCATION '{table_dir}'"
-            )
+        if not has_commits(table_dir):
+            log.warning("autocdc: skipping %s: no Delta commit yet (creation killed?)", table_dir)
+            continue
+        try:
+            if not spark.catalog.tableExists(name):
+                _register(spark, name, table_dir)
+        except AnalysisException as error:  # one broken folder must not stop a session
+            log.warning("autocdc: skipping %s: %s", table_dir, str(error).splitlines()[0])
+            continue
         found.append(name)
     return found

@@ -87,14 +87,14 @@ def test_spec_is_frozen():
         spec().keys = ["other"]
 
 
-COLUMNS = ["id", "name", "op", "seq"]
+COLUMNS = StructType([StructField(c, StringType()) for c in ["id", "name", "op", "seq"]])
 
 
-def test_resolve_selects_columns_in_source_order():
+def test_resolve_orders_columns_like_column_list_else_source():
     resolved = FlowSpec(**BASE, except_column_list=["op", "seq"]).resolve(COLUMNS, LongType())
     assert resolved.payload == ["id", "name"]
     resolved = FlowSpec(**BASE, column_list=["name", "id"]).resolve(COLUMNS, LongType())
-    assert resolved.payload == ["id", "name"]
+    assert resolved.payload == ["name", "id"]
 
 
 def test_resolve_unknown_column():
@@ -127,7 +127,9 @@ def test_resolve_struct_sequence_is_orderable():
 @pytest.mark.parametrize("name", ["__START_AT", "__end_at", "__autocdc_seq"])
 def test_resolve_reserved_column(name):
     with pytest.raises(autocdc.ReservedColumnError) as err:
-        FlowSpec(**BASE).resolve([*COLUMNS, name], LongType())
+        FlowSpec(**BASE).resolve(
+            StructType([*COLUMNS.fields, StructField(name, LongType())]), LongType()
+        )
     assert err.value.params == {"columns": [name]}
 
 
@@ -139,3 +141,38 @@ def test_track_history_resolution():
         track_history_except_column_list=["name"],
     )
     assert flow.resolve(COLUMNS, LongType()).tracked == ["id", "seq"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "columns"),
+    [
+        ({"keys": ["id", "ID"]}, "keys", ["ID", "id"]),
+        ({"except_column_list": ["op", "op"]}, "except_column_list", ["op"]),
+        ({"sequence_by": ["a", "a"]}, "sequence_by", ["a"]),
+    ],
+)
+def test_duplicate_names(overrides, field, columns):
+    with pytest.raises(autocdc.DuplicateColumnError) as err:
+        spec(**overrides)
+    assert err.value.params == {"field": field, "columns": columns}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "columns"),
+    [
+        ({"track_history_column_list": ["id", "a"]}, ["id"]),
+        ({"track_history_except_column_list": ["op"], "except_column_list": ["op"]}, ["op"]),
+        ({"track_history_column_list": ["b"], "column_list": ["id", "a"]}, ["b"]),
+    ],
+)
+def test_track_history_names_only_selected_value_columns(overrides, columns):
+    with pytest.raises(autocdc.TrackHistoryColumnNotSelectedError) as err:
+        spec(stored_as_scd_type=2, **overrides)
+    assert err.value.params["columns"] == columns
+
+
+@pytest.mark.parametrize("days", [-1, 1e9])
+def test_retention_out_of_range(days):
+    with pytest.raises(autocdc.InvalidRetentionError) as err:
+        spec(tombstone_retention_days=days)
+    assert err.value.params["value"] == days

@@ -1,0 +1,176 @@
+"""Fit a batch to the flow's stored tables, before anything is written.
+
+The stored definition (keys, the sequence's type, the SCD type, ``ignore_null_updates``)
+must match the declared one: the state means something else under another. Columns
+evolve as SEMANTICS.md allows: a batch may add nullable columns (they come last in the
+stored order), leave stored columns out (they read NULL) and widen a type the way Delta
+can; anything else is refused, naming the column and the change. Ties compare values in
+the *stored* order, so the layout always follows the stored tables, never the batch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StructField,
+    StructType,
+)
+
+from autocdc import state as st
+from autocdc import tables
+from autocdc.errors import DefinitionChangedError, SchemaMismatchError
+from autocdc.spec import FlowSpec
+from autocdc.stage import col, sequence_type
+
+_INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
+
+
+def nullable(data_type: DataType) -> DataType:
+    """The same type with every nested field nullable: batches differ in nullability."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, nullable(f.dataType)) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(nullable(data_type.elementType))
+    if isinstance(data_type, MapType):
+        return MapType(nullable(data_type.keyType), nullable(data_type.valueType))
+    return data_type
+
+
+def widens(old: DataType, new: DataType) -> bool:
+    """Whether Delta's type widening takes a column of type ``old`` to ``new``."""
+    if old in _INTEGRAL and new in _INTEGRAL:
+        return _INTEGRAL.index(new) > _INTEGRAL.index(old)
+    if isinstance(old, FloatType) and isinstance(new, DoubleType):
+        return True
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        return (
+            new.scale >= old.scale
+            and new.precision - new.scale >= old.precision - old.scale
+            and new != old
+        )
+    return False
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What the batch means for the tables: the layout after evolution, and the change."""
+
+    layout: st.Layout
+    tracked: list[str]  # SCD type 2: value columns whose change opens a version
+    target_columns: list[StructField]  # user columns of the target, in stored order
+    creating: bool  # the tables do not exist yet
+    evolving: bool  # columns to add or types to widen
+    conform: list[Column]  # the batch's columns, cast to stored types, missing ones NULL
+
+
+def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
+    """What the stored state depends on, kept as properties of the state table."""
+    return {
+        st.PROP_KEYS: json.dumps(list(spec.keys)),
+        st.PROP_SEQUENCE: sequence.simpleString(),
+        st.PROP_SCD_TYPE: str(spec.stored_as_scd_type),
+        st.PROP_IGNORE_NULL_UPDATES: str(spec.ignore_null_updates).lower(),
+    }
+
+
+def fit(spark: SparkSession, spec: FlowSpec, df: DataFrame, state_table: str) -> Fit:
+    """Check the batch against the spec and the stored tables; raise before any write."""
+    sequence = nullable(sequence_type(df, spec))
+    stored = st.Layout.of_table(spark, state_table) if tables.exists(spark, state_table) else None
+    declared = definition(spec, sequence)
+    if stored is not None:
+        had = st.stored_definition(spark, state_table)
+        for field, prop in st.DEFINITION_FIELDS.items():
+            if prop in had and had[prop] != declared[prop]:
+                raise DefinitionChangedError(
+                    target=spec.target, field=field, stored=had[prop], declared=declared[prop]
+                )
+    stored_names = [f.name for f in stored.keys + stored.values] if stored else []
+    columns = spec.resolve(df.schema, sequence, stored_names)
+    batch_types = {f.name: nullable(f.dataType) for f in df.schema.fields}
+
+    if stored is None:
+        fields = [StructField(c, batch_types[c]) for c in columns.payload]
+        keys = [f for f in fields if f.name in columns.keys]
+        keys.sort(key=lambda f: columns.keys.index(f.name))
+        values = [f for f in fields if f.name not in columns.keys]
+        target_columns = fields
+    else:
+        keys, values, changes = _evolve(stored, columns.payload, batch_types)
+        if changes:
+            raise SchemaMismatchError(target=spec.target, changed=changes)
+        target_columns = st.Layout.user_columns(tables.read(spark, spec.target).schema) + [
+            f for f in values if f.name not in stored_names
+        ]
+        target_columns = [_retyped(f, keys + values) for f in target_columns]
+
+    layout = st.Layout(
+        keys=keys,
+        values=values,
+        sequence=sequence,
+        per_column_sequences=spec.ignore_null_updates and spec.stored_as_scd_type == 1,
+    )
+    tracked = [c for c in columns.tracked if c in layout.value_names]
+    if spec.track_history_column_list is None:  # all but the excepted: new columns too
+        untracked = set(spec.track_history_except_column_list or [])
+        tracked = [c for c in layout.value_names if c not in untracked]
+    # Stored columns the batch carries are applied; the lists decide about new ones.
+    conform = [
+        (
+            col(f.name).cast(f.dataType) if f.name in batch_types else F.lit(None).cast(f.dataType)
+        ).alias(f.name)
+        for f in layout.keys + layout.values
+    ]
+    evolving = stored is not None and (
+        [f.name for f in stored.keys + stored.values] != layout.key_names + layout.value_names
+        or [f.dataType for f in stored.keys + stored.values]
+        != [f.dataType for f in layout.keys + layout.values]
+    )
+    return Fit(
+        layout=layout,
+        tracked=tracked,
+        target_columns=target_columns,
+        creating=stored is None,
+        evolving=evolving,
+        conform=conform,
+    )
+
+
+def _retyped(field: StructField, fields: list[StructField]) -> StructField:
+    return next((f for f in fields if f.name == field.name), field)
+
+
+def _evolve(
+    stored: st.Layout, payload: list[str], batch_types: dict[str, DataType]
+) -> tuple[list[StructField], list[StructField], list[str]]:
+    """Stored columns (widened where the batch widens them) plus the batch's new ones."""
+    changes: list[str] = []
+
+    def merged(f: StructField) -> StructField:
+        new = batch_types.get(f.name)
+        if new is None or new == f.dataType or widens(new, f.dataType):
+            return f  # absent (NULL), equal, or narrower: cast up to the stored type
+        if widens(f.dataType, new):
+            return StructField(f.name, new)
+        changes.append(f"{f.name}: {f.dataType.simpleString()} -> {new.simpleString()}")
+        return f
+
+    keys = [merged(f) for f in stored.keys]
+    values = [merged(f) for f in stored.values]
+    known = {f.name for f in stored.keys + stored.values}
+    values += [StructField(c, batch_types[c]) for c in payload if c not in known]
+    return keys, values, changes
