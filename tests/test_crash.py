@@ -25,6 +25,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from autocdc.flow import CRASH_ENV
 
 WORKER = Path(__file__).with_name("crash_worker.py")
+ROOT = WORKER.resolve().parent.parent
 
 A = [Change(1, 2, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1)), Change(3, 5, DELETE)]
 B = [Change(2, 3, UPSERT, ("b2", 2)), Change(3, 4, UPSERT, ("c-old", 0)), Change(1, 1, DELETE)]
@@ -46,6 +47,9 @@ def run(
     """Apply ``batch`` (or ``{"batches": [...]}``, in turn) in a fresh process, which is
     killed at ``crash_at`` (during the last batch) if given; return its exit code."""
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    # The worker must run this tree's engine (not whatever `autocdc` is installed, e.g.
+    # the editable install of another worktree): the repository root goes first.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     if crash_at:
         env[CRASH_ENV] = crash_at
     done = subprocess.run(
