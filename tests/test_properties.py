@@ -54,6 +54,7 @@ PLAIN_KEYS = ["id", "id_part"]
 
 # Drawn in groups so that names that trip the engine together show up together
 # (``x`` and ``x_ver``; names of the engine's own internals; names that need quoting).
+# Distinct case-insensitively, as Spark resolves names.
 NAME_GROUPS = [
     ("x", "x_ver"),
     ("live", "exists"),
@@ -61,8 +62,10 @@ NAME_GROUPS = [
     ("Mixed Case", "sp ace"),
     ("select", "ups"),
     ("del", "kind"),
-    ("name", "city"),
+    ("CamelCase", "city"),
 ]
+_ALL_NAMES = [n for group in NAME_GROUPS for n in group] + [OP, SEQ, *SEQ_PAIR, *PLAIN_KEYS]
+assert len({n.lower() for n in _ALL_NAMES}) == len(_ALL_NAMES)
 STRINGS = [None, "x", "y"]
 INTS = [None, 0, 1]
 
@@ -148,7 +151,7 @@ class Scenario:
         ]
 
 
-def _null_one_field(pair: tuple[int, int]) -> st.SearchStrategy[tuple[Any, Any]]:
+def _with_nulls(pair: tuple[int, int]) -> st.SearchStrategy[tuple[Any, Any]]:
     return st.sampled_from([(None, pair[1]), (pair[0], None), (None, None)])
 
 
@@ -189,9 +192,9 @@ def scenarios(draw, mode: Mode) -> Scenario:
         if flaw is None:
             flaw = draw(st.sampled_from([""] * 8 + ["seq", "key"]))
         if flaw == "seq":
-            seq = draw(_null_one_field(seq)) if struct_seq else None
+            seq = draw(_with_nulls(seq)) if struct_seq else None
         elif flaw == "key" and op != TRUNCATE:
-            key = draw(_null_one_field(key)) if composite else None
+            key = draw(_with_nulls(key)) if composite else None
         return Change(key, seq, op, payload)
 
     @st.composite
