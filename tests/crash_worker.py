@@ -1,16 +1,21 @@
 """Subprocess for the kill tests: apply one batch to a flow, maybe dying on the way.
 
 Usage: python crash_worker.py WAREHOUSE TARGET ROWS_JSON SCD_TYPE  (env AUTOCDC_TEST_CRASH_AT)
+
+ROWS_JSON is one batch (a list of rows) or ``{"batches": [batch, ...]}``: several batches
+applied in turn by one process, the crash point armed for the last one only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from conftest import TEST_CONF
 
 import autocdc
+from autocdc.flow import CRASH_ENV
 
 SCHEMA = "id int, a string, b int, op string, seq long"
 
@@ -25,8 +30,13 @@ def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
         except_column_list=["op", "seq"],
         stored_as_scd_type=int(scd_type),
     )
-    rows = [tuple(r) for r in json.loads(rows_json)]
-    flow.apply(spark.createDataFrame(rows, SCHEMA))
+    payload = json.loads(rows_json)
+    batches = payload["batches"] if isinstance(payload, dict) else [payload]
+    crash_at = os.environ.pop(CRASH_ENV, None)
+    for i, batch in enumerate(batches):
+        if crash_at and i == len(batches) - 1:
+            os.environ[CRASH_ENV] = crash_at
+        flow.apply(spark.createDataFrame([tuple(r) for r in batch], SCHEMA))
 
 
 if __name__ == "__main__":

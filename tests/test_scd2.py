@@ -9,14 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd2
-from test_properties import SCHEMA as PROP_SCHEMA
-from test_properties import to_rows
 from test_scd1 import EXAMPLE, SCHEMA
 
 import autocdc
 
+PROP_SCHEMA = "id int, a string, b int, op string, seq long"
 VERSIONS = "userId int, name string, city string, __START_AT long, __END_AT long"
 _targets = itertools.count()
+
+
+def to_rows(batch: list[Change]) -> list[tuple]:
+    return [(c.key, *(c.values or (None, None)), c.op, c.seq) for c in batch]
 
 
 def history_flow(target, **overrides):
