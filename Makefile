@@ -17,9 +17,11 @@ setup: $(STAMP)
 demo: setup
 	$(PY) -m autocdc run pipelines/demo.py --warehouse warehouse
 
+# Two pytest workers, each with its own Spark session: Spark spends much of a test waiting
+# on the Delta log and on subprocesses, so two share the 2 cores well.
 test: setup
 	$(PY) -m ruff check $(SOURCES)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 lint: setup
 	$(PY) -m ruff check $(SOURCES)

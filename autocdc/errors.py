@@ -136,7 +136,7 @@ class NondeterministicExpressionError(AutoCdcError):
     template = (
         "`{field}` is not deterministic ({expression}): a replayed batch would be "
         "sequenced or classified differently. Use columns of the change itself (e.g. the "
-        "source's commit position or timestamp), never rand(), uuid() or current_timestamp()."
+        "source's commit position or timestamp), never rand() or uuid()."
     )
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping
 from functools import reduce
 
-from delta.exceptions import DeltaConcurrentModificationException
 from pydantic import PrivateAttr
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -95,9 +94,9 @@ class AutoCdcFlow(FlowSpec):
         for attempt in range(MAX_ATTEMPTS):
             try:
                 return self._apply_once(spark, df, started)
-            except (tables.LostRace, DeltaConcurrentModificationException):
+            except tables.RETRYABLE:
                 self._synced = None  # re-read from the state the winner committed
-                time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
+                time.sleep(random.uniform(0.5, 1.5) * (attempt + 1))
         raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 
     def _apply_once(self, spark: SparkSession, df: DataFrame, started: float) -> BatchMetrics:
@@ -220,7 +219,7 @@ class AutoCdcFlow(FlowSpec):
         due = self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_SECONDS
         if (due and tombstones > 0) or gc.compaction_due(grown):
             # Another writer moved on meanwhile: the next batch compacts.
-            with contextlib.suppress(tables.LostRace, DeltaConcurrentModificationException):
+            with contextlib.suppress(*tables.RETRYABLE):
                 collected = self._collect(spark, layout)
         return self._metrics(batch_id, counts, ev, ns, quarantined, tombstones, collected, started)
 
@@ -370,7 +369,7 @@ class AutoCdcFlow(FlowSpec):
         for attempt in range(MAX_ATTEMPTS):
             try:
                 return self._collect(spark, layout)
-            except (tables.LostRace, DeltaConcurrentModificationException):
+            except tables.RETRYABLE:
                 time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
         raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 

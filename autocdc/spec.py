@@ -41,6 +41,7 @@ from autocdc.errors import (
     TruncateWithScd2Error,
     UnknownColumnError,
 )
+from autocdc.tables import ident
 
 RESERVED_PREFIX = "__autocdc"
 START_AT = "__START_AT"
@@ -218,7 +219,7 @@ class FlowSpec(BaseModel):
     def sequence_column(self) -> Column:
         """The sequence as one orderable value (a struct for a list of columns)."""
         if isinstance(self.sequence_by, list):
-            return F.struct(*[F.col(f"`{c.replace('`', '``')}`") for c in self.sequence_by])
+            return F.struct(*[F.col(ident(c)) for c in self.sequence_by])
         return to_column(self.sequence_by)
 
     def resolve(

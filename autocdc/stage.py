@@ -20,6 +20,7 @@ from autocdc.errors import (
     NondeterministicExpressionError,
 )
 from autocdc.spec import FlowSpec, to_column
+from autocdc.tables import ident
 
 SEQ = "__autocdc_seq"
 OP = "__autocdc_op"
@@ -28,14 +29,9 @@ REASON = "__autocdc_reason"
 UPSERT, DELETE, TRUNCATE = "U", "D", "T"
 
 
-def quote(name: str) -> str:
-    """One identifier, backquoted: dots, spaces and backticks stay part of the name."""
-    return f"`{name.replace('`', '``')}`"
-
-
 def col(name: str, alias: str | None = None) -> Column:
     """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
-    return F.col(quote(name) if alias is None else f"{alias}.{quote(name)}")
+    return F.col(ident(name) if alias is None else f"{alias}.{ident(name)}")
 
 
 def any_null(value: Column, data_type: DataType) -> Column:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
-from delta.exceptions import DeltaConcurrentModificationException
+from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -28,12 +29,29 @@ QUARANTINE_SUFFIX = "__autocdc_quarantine"
 _NEEDS_MAPPING = set(" ,;{}()\n\t=")
 # How far back to look for our own commit after a guarded write.
 _HISTORY_DEPTH = 50
+# A table folder without a commit younger than this may be another writer's creation in
+# progress (it takes well under a second); an older one is a creation that was killed.
+CREATION_GRACE_SECONDS = 10.0
 
 log = logging.getLogger("autocdc")
 
 
 class LostRace(Exception):
     """Another writer committed first: recompute the batch against the new state."""
+
+
+# Delta's typed commit conflicts (in delta-spark's Python API they share no base class).
+CONFLICTS: tuple[type[Exception], ...] = (
+    delta_errors.ConcurrentAppendException,
+    delta_errors.ConcurrentDeleteDeleteException,
+    delta_errors.ConcurrentDeleteReadException,
+    delta_errors.ConcurrentTransactionException,
+    delta_errors.ConcurrentWriteException,
+    delta_errors.DeltaConcurrentModificationException,
+    delta_errors.MetadataChangedException,
+    delta_errors.ProtocolChangedException,
+)
+RETRYABLE: tuple[type[Exception], ...] = (LostRace, *CONFLICTS)
 
 
 def _split(name: str) -> tuple[str | None, str]:
@@ -108,6 +126,8 @@ def create(
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
     location = Path(default_location(spark, name))
     if location.exists() and not has_commits(location):
+        if time.time() - location.stat().st_mtime < CREATION_GRACE_SECONDS:
+            raise LostRace(f"{name} is being created by another writer")
         log.warning("autocdc: clearing %s, a table creation that never committed", location)
         shutil.rmtree(location)
     props = dict(properties or {})
@@ -121,7 +141,12 @@ def create(
     )
     for key, value in props.items():
         builder = builder.property(key, value)
-    builder.execute()
+    try:
+        builder.execute()
+    except (AnalysisException, *CONFLICTS) as error:
+        if location.exists():  # another writer is creating it (or did): retry
+            raise LostRace(f"{name} was created by another writer") from error
+        raise
 
 
 def evolve(spark: SparkSession, name: str, fields: list[StructField], before: str | None) -> None:
@@ -191,7 +216,7 @@ def guarded_write(
             .option("userMetadata", token)
             .save(location)
         )
-    except DeltaConcurrentModificationException as error:
+    except CONFLICTS as error:
         raise LostRace(str(error)) from error
     history = DeltaTable.forPath(spark, location).history(_HISTORY_DEPTH)
     if not history.where(history.userMetadata == token).take(1):

@@ -6,13 +6,10 @@ Run it with ``make demo``, ``python -m autocdc run pipelines/demo.py`` or
 
 from __future__ import annotations
 
-import shutil
-
 from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 import autocdc
-from autocdc import tables
 
 TARGET = "customers"
 
@@ -61,15 +58,7 @@ BATCHES = [
 EXPECTED = [(1, "Alice", "Lyon"), (3, "Carol", "Milan"), (4, "Dan", "Bergen"), (5, "Eve", "Madrid")]
 
 
-def reset(spark: SparkSession, target: str) -> None:
-    """Drop the flow's three tables and delete their folders, so every run starts empty."""
-    for name in (target, target + tables.STATE_SUFFIX, target + tables.QUARANTINE_SUFFIX):
-        spark.sql(f"DROP TABLE IF EXISTS {tables.quote(name)}")
-        shutil.rmtree(tables.default_location(spark, name), ignore_errors=True)
-
-
 def main(spark: SparkSession) -> None:
-    reset(spark, TARGET)
     flow = autocdc.AutoCdcFlow(
         target=TARGET,
         keys=["id"],
@@ -78,6 +67,7 @@ def main(spark: SparkSession) -> None:
         except_column_list=["op", "seq"],
         stored_as_scd_type=1,
     )
+    flow.full_refresh(spark)  # every run starts from empty tables
     for rows in BATCHES:
         metrics = flow.apply(spark.createDataFrame(rows, SCHEMA)).as_dict()
         flow_name, batch_id = metrics.pop("flow"), metrics.pop("batch_id")

@@ -20,6 +20,10 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=40, deadline=None)
 settings.load_profile(os.environ.get("AUTOCDC_HYPOTHESIS", "ci"))
+# Heavy explorations (more kill chains) run only with AUTOCDC_HYPOTHESIS=dev.
+explore = pytest.mark.skipif(
+    os.environ.get("AUTOCDC_HYPOTHESIS") != "dev", reason="exploration: AUTOCDC_HYPOTHESIS=dev"
+)
 
 TEST_CONF = {
     "spark.master": "local[2]",

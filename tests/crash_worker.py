@@ -1,6 +1,7 @@
 """Subprocess for the kill tests: apply one batch to a flow, maybe dying on the way.
 
-Usage: python crash_worker.py WAREHOUSE TARGET ROWS_JSON SCD_TYPE  (env AUTOCDC_TEST_CRASH_AT)
+Usage: python crash_worker.py WAREHOUSE TARGET ROWS_JSON SCD_TYPE  (env AUTOCDC_TEST_CRASH_AT;
+AUTOCDC_TEST_COLLECT=1 also runs ``collect_tombstones`` after every batch)
 
 ROWS_JSON is one batch (a list of rows) or ``{"batches": [batch, ...]}``: several batches
 applied in turn by one process, the crash point armed for the last one only.
@@ -37,6 +38,8 @@ def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
         if crash_at and i == len(batches) - 1:
             os.environ[CRASH_ENV] = crash_at
         flow.apply(spark.createDataFrame([tuple(r) for r in batch], SCHEMA))
+        if os.environ.get("AUTOCDC_TEST_COLLECT"):
+            flow.collect_tombstones(spark)
 
 
 if __name__ == "__main__":

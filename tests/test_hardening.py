@@ -59,6 +59,9 @@ def test_half_created_table_does_not_brick_the_warehouse(spark, new_table, wareh
     for name in (target, f"{target}__autocdc_state"):
         (warehouse / name / "_delta_log").mkdir(parents=True)
     (warehouse / target / "_delta_log" / ".00000000000000000000.json.tmp").write_text("{")
+    killed_long_ago = time.time() - 3600  # a younger folder may be a creation in progress
+    for name in (target, f"{target}__autocdc_state"):
+        os.utime(warehouse / name, (killed_long_ago, killed_long_ago))
     registered = tables.register_warehouse_tables(spark)  # what every session start runs
     assert target not in registered
     users_flow(target).apply(spark.createDataFrame(EXAMPLE, SCHEMA))

@@ -1,25 +1,15 @@
-"""SCD type 2: the documented examples, out-of-order splits, and the reference fold."""
+"""SCD type 2: the documented examples and out-of-order splits (the reference fold is
+checked for every mode in test_properties.py)."""
 
 from __future__ import annotations
 
-import itertools
-
 from chispa import assert_df_equality
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from pyspark.sql import functions as F
-from reference import DELETE, UPSERT, Change, fold_scd2
 from test_scd1 import EXAMPLE, SCHEMA
 
 import autocdc
 
-PROP_SCHEMA = "id int, a string, b int, op string, seq long"
 VERSIONS = "userId int, name string, city string, __START_AT long, __END_AT long"
-_targets = itertools.count()
-
-
-def to_rows(batch: list[Change]) -> list[tuple]:
-    return [(c.key, *(c.values or (None, None)), c.op, c.seq) for c in batch]
 
 
 def history_flow(target, **overrides):
@@ -92,47 +82,6 @@ def test_worked_example_city_not_tracked(spark, new_table):
             (126, "Lily", "Cancun", 2, None),
         ],
     )
-
-
-changes = st.builds(
-    Change,
-    key=st.integers(1, 2),
-    seq=st.integers(1, 6),
-    op=st.sampled_from([UPSERT, UPSERT, UPSERT, DELETE]),
-    values=st.tuples(st.sampled_from([None, "x", "y"]), st.sampled_from([None, 1, 2])),
-)
-
-
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    chosen=st.lists(changes, min_size=1, max_size=9),
-    data=st.data(),
-    track=st.sampled_from([None, ["a"], ["b"]]),
-    ignore_null_updates=st.booleans(),
-)
-def test_history_matches_reference_fold(spark, chosen, data, track, ignore_null_updates):
-    order = data.draw(st.permutations(chosen))
-    cut = data.draw(st.integers(0, len(order)))
-    batches = [b for b in (order[:cut], order[cut:]) if b]
-    batches.append(data.draw(st.sampled_from(batches)))  # one batch applied twice
-    target = f"hist_prop_{next(_targets)}"
-    flow = autocdc.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=2,
-        track_history_column_list=track,
-        ignore_null_updates=ignore_null_updates,
-    )
-    for batch in batches:
-        flow.apply(spark.createDataFrame(to_rows(batch), PROP_SCHEMA))
-    got = {
-        (r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in spark.table(target).collect()
-    }
-    tracked = None if track is None else [{"a": 0, "b": 1}[c] for c in track]
-    assert got == fold_scd2(chosen, tracked, ignore_null_updates), batches
 
 
 def test_timestamp_sequence_gives_timestamp_bounds(spark, new_table):

@@ -1,0 +1,122 @@
+"""Two writers on one flow: a commit that raced another is recomputed, never lost.
+
+Each state commit takes the next batch id as its Delta transaction version, so a writer
+that read older state loses the race and starts over against the new state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
+from test_crash import ROOT, WORKER, rows
+
+import autocdc
+from autocdc import tables
+
+SCHEMA = "id int, a string, b int, op string, seq long"
+MINE = [Change(1, 2, UPSERT, ("mine", 1)), Change(2, 5, DELETE), Change(3, 1, UPSERT, ("c", 3))]
+THEIRS = [Change(1, 4, UPSERT, ("theirs", 2)), Change(2, 3, UPSERT, ("b", 2))]
+
+
+def flow_of(target: str, scd_type: int) -> autocdc.AutoCdcFlow:
+    return autocdc.AutoCdcFlow(
+        target=target,
+        keys=["id"],
+        sequence_by="seq",
+        apply_as_deletes="op = 'D'",
+        except_column_list=["op", "seq"],
+        stored_as_scd_type=scd_type,
+    )
+
+
+def target_rows(spark, target: str, scd_type: int):
+    table = spark.table(target).collect()
+    if scd_type == 1:
+        return {r.id: (r.a, r.b) for r in table}
+    return {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in table}
+
+
+def expected(changes: list[Change], scd_type: int):
+    return fold_scd1(changes) if scd_type == 1 else fold_scd2(changes)
+
+
+def interleave_once(monkeypatch, mode: str, action) -> list[int]:
+    """Run ``action`` just before the next guarded ``mode`` commit; count the commits."""
+    real = tables.guarded_write
+    calls: list[int] = []
+
+    def racing(spark, name, rows_df, write_mode, app_id, version):
+        calls.append(version)
+        if write_mode == mode and len(calls) == 1:
+            action()
+        return real(spark, name, rows_df, write_mode, app_id, version)
+
+    monkeypatch.setattr(tables, "guarded_write", racing)
+    return calls
+
+
+@pytest.mark.parametrize("scd_type", [1, 2])
+def test_a_batch_that_lost_the_race_is_recomputed(spark, new_table, monkeypatch, scd_type):
+    target = new_table("race")
+    mine, theirs = flow_of(target, scd_type), flow_of(target, scd_type)
+    mine.apply(spark.createDataFrame(rows(MINE[2:]), SCHEMA))
+    other = spark.createDataFrame(rows(THEIRS), SCHEMA)
+    calls = interleave_once(monkeypatch, "append", lambda: theirs.apply(other))
+    mine.apply(spark.createDataFrame(rows(MINE[:2]), SCHEMA))
+    # This writer tried batch 2, the other committed batch 2, this one then batch 3.
+    assert calls[:3] == [2, 2, 3]
+    assert target_rows(spark, target, scd_type) == expected(MINE + THEIRS, scd_type)
+
+
+def test_compaction_never_overwrites_a_concurrent_batch(spark, new_table, monkeypatch):
+    target = new_table("race_gc")
+    mine, theirs = flow_of(target, 1), flow_of(target, 1)
+    mine.apply(spark.createDataFrame(rows(MINE), SCHEMA))
+    other = spark.createDataFrame(rows(THEIRS), SCHEMA)
+    interleave_once(monkeypatch, "overwrite", lambda: theirs.apply(other))
+    mine.collect_tombstones(spark)
+    assert target_rows(spark, target, 1) == expected(MINE + THEIRS, 1)
+    # The state still holds the other writer's batch (key 1 at 4): 3 stays stale.
+    mine.apply(spark.createDataFrame(rows([Change(1, 3, UPSERT, ("old", 0))]), SCHEMA))
+    assert target_rows(spark, target, 1) == expected(MINE + THEIRS, 1)
+
+
+@pytest.mark.slow
+def test_two_processes_applying_and_compacting_at_once(spark, tmp_path):
+    """Two real processes on one target, each applying batches and compacting after
+    every batch; the result is the reference fold of everything both applied."""
+    target = "shared"
+    first = [[Change(k, s, UPSERT, (f"p1-{s}", s))] for k, s in [(1, 1), (2, 3), (1, 5)]]
+    second = [[Change(k, s, UPSERT, (f"p2-{s}", s))] for k, s in [(1, 2), (2, 4), (3, 6)]]
+    second[1].append(Change(1, 4, DELETE))
+    env = {**os.environ, "AUTOCDC_TEST_COLLECT": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                str(tmp_path),
+                target,
+                json.dumps({"batches": [rows(b) for b in batches]}),
+                "1",
+            ],
+            env=env,
+            cwd=WORKER.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for batches in (first, second)
+    ]
+    outputs = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
+    table = spark.read.format("delta").load(str(tmp_path / target))
+    got = {r.id: (r.a, r.b) for r in table.collect()}
+    everything = [c for batch in first + second for c in batch]
+    assert got == fold_scd1(everything)
