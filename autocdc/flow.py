@@ -341,7 +341,7 @@ class AutoCdcFlow(FlowSpec):
 
     def current(self, spark: SparkSession) -> DataFrame:
         """The live rows only: for type 2, each key's open version (``__END_AT`` NULL)."""
-        target = spark.read.table(self.target)
+        target = tables.read(spark, self.target)
         if self.stored_as_scd_type == 1:
             return target
         return target.where(col(END_AT).isNull()).drop(START_AT, END_AT)
@@ -350,7 +350,7 @@ class AutoCdcFlow(FlowSpec):
         """Type 2: the rows as they were at ``sequence`` (a value or a Column of the
         sequence's type), i.e. the versions with ``__START_AT <= sequence < __END_AT``."""
         at = sequence if isinstance(sequence, Column) else F.lit(sequence)
-        target = spark.read.table(self.target)
+        target = tables.read(spark, self.target)
         alive = (col(START_AT) <= at) & (col(END_AT).isNull() | (col(END_AT) > at))
         return target.where(alive).drop(START_AT, END_AT)
 

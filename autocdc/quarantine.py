@@ -6,7 +6,6 @@ batch replayed after a crash does not quarantine its rows twice.
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
@@ -45,7 +44,7 @@ def rows(rejected: DataFrame, source_columns: list[str], flow: str, batch_id: in
 def write(spark: SparkSession, table: str, quarantined: DataFrame) -> None:
     tables.create(spark, table, SCHEMA)
     (
-        DeltaTable.forName(spark, table)
+        tables.delta_table(spark, table)
         .alias("q")
         .merge(
             quarantined.dropDuplicates(["flow", "reason", "row"]).alias("n"),

@@ -11,7 +11,6 @@ key's versions in the target are replaced by the result (one MERGE).
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -156,7 +155,7 @@ def sync(
         + [st.same_sql(END_AT, layout.sequence)]
     )
     (
-        DeltaTable.forName(spark, target)
+        tables.delta_table(spark, target)
         .alias("t")
         .merge(source.alias("s"), on)
         .whenMatchedDelete(condition=f"s.{GONE}")

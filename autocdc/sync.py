@@ -9,7 +9,6 @@ replay) finds those rows by their batch id and syncs them again.
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from autocdc import state as st
@@ -29,7 +28,7 @@ def sync_scd1(
     same = " AND ".join(st.same_sql(f.name, f.dataType) for f in layout.values) or "TRUE"
     live = f"s.{st.LIVE}"
     (
-        DeltaTable.forName(spark, target)
+        tables.delta_table(spark, target)
         .alias("t")
         .merge(source.alias("s"), on)
         .whenMatchedDelete(condition=f"NOT {live}")

@@ -186,7 +186,15 @@ def _ddl(data_type: DataType) -> str:
 
 
 def read(spark: SparkSession, name: str) -> DataFrame:
+    """Table ``name``, registered first if another process committed it meanwhile."""
+    exists(spark, name)
     return spark.read.table(name)
+
+
+def delta_table(spark: SparkSession, name: str) -> DeltaTable:
+    """``DeltaTable.forName``, registered first like ``read``."""
+    exists(spark, name)
+    return DeltaTable.forName(spark, name)
 
 
 def drop(spark: SparkSession, name: str) -> None:
