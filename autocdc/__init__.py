@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autocdc.errors import (
+from autocdc.engine.errors import (
     AutoCdcError,
     ConcurrentWriteError,
     ConflictingColumnListsError,
@@ -22,10 +22,10 @@ from autocdc.errors import (
     TruncateWithScd2Error,
     UnknownColumnError,
 )
-from autocdc.flow import AutoCdcFlow
-from autocdc.metrics import BatchMetrics
-from autocdc.sequences import debezium_sequence, hex_sequence, parse_hex_sequence
-from autocdc.session import spark_session
+from autocdc.engine.flow import AutoCdcFlow
+from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.sequences import debezium_sequence, hex_sequence, parse_hex_sequence
+from autocdc.engine.session import spark_session
 
 __all__ = [
     "AutoCdcError",

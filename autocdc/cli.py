@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from autocdc.errors import AutoCdcError
-from autocdc.session import spark_session
+from autocdc.engine.errors import AutoCdcError
+from autocdc.engine.session import spark_session
 
 
 class PipelineFileError(Exception):

@@ -20,7 +20,7 @@ from workload import Workload, snapshot_values
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
-from autocdc.spec import END_AT, START_AT
+from autocdc.engine.spec import END_AT, START_AT
 
 KEY = "id"
 

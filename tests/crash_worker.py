@@ -16,7 +16,7 @@ import sys
 from conftest import TEST_CONF
 
 import autocdc
-from autocdc.flow import CRASH_ENV
+from autocdc.engine.flow import CRASH_ENV
 
 SCHEMA = "id int, a string, b int, op string, seq long"
 

@@ -16,7 +16,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT, WORKER, rows
 
 import autocdc
-from autocdc import tables
+from autocdc.engine import tables
 
 SCHEMA = "id int, a string, b int, op string, seq long"
 MINE = [Change(1, 2, UPSERT, ("mine", 1)), Change(2, 5, DELETE), Change(3, 1, UPSERT, ("c", 3))]

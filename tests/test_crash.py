@@ -23,7 +23,7 @@ import pytest
 from conftest import explore
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
-from autocdc.flow import CRASH_ENV
+from autocdc.engine.flow import CRASH_ENV
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 ROOT = WORKER.resolve().parent.parent

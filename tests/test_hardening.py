@@ -12,8 +12,8 @@ from test_scd1 import EXAMPLE, EXPECTED, SCHEMA, assert_target, users_flow
 from test_scd2 import assert_versions, history_flow
 
 import autocdc
-from autocdc import tables
-from autocdc.errors import QUARANTINE_NULL_SEQUENCE
+from autocdc.engine import tables
+from autocdc.engine.errors import QUARANTINE_NULL_SEQUENCE
 
 
 def test_collect_tombstones_keeps_scd2_history(spark, new_table):

@@ -7,7 +7,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 import autocdc
-from autocdc.errors import (
+from autocdc.engine.errors import (
     QUARANTINE_LATE_BEYOND_HORIZON,
     QUARANTINE_NULL_KEY,
     QUARANTINE_NULL_SEQUENCE,
@@ -231,7 +231,7 @@ def test_late_beyond_horizon_apply_setting(spark, new_table):
 
 
 def test_state_is_compacted_when_superseded_rows_outnumber_keys(spark, new_table, monkeypatch):
-    monkeypatch.setattr(autocdc.gc, "MIN_SUPERSEDED", 1)
+    monkeypatch.setattr(autocdc.engine.gc, "MIN_SUPERSEDED", 1)
     target = new_table("compact")
     flow = users_flow(target)
     flow.apply(spark.createDataFrame([(1, "A", "X", "INSERT", 1)], SCHEMA))

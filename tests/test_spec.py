@@ -14,7 +14,7 @@ from pyspark.sql.types import (
 )
 
 import autocdc
-from autocdc.spec import FlowSpec
+from autocdc.engine.spec import FlowSpec
 
 BASE = {"target": "t", "keys": ["id"], "sequence_by": "seq"}
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from autocdc import state as st
-from autocdc import tables
-from autocdc.spec import END_AT, START_AT
-from autocdc.stage import OP, SEQ, TRUNCATE, UPSERT, col
+from autocdc.engine import state as st
+from autocdc.engine import tables
+from autocdc.engine.spec import END_AT, START_AT
+from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
 
 EVENT_ROW = "E"
 RANK, SEG, START, BOUNDARY = "__autocdc_rank", "__autocdc_seg", "__autocdc_start", "__autocdc_b"

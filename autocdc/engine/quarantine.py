@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from autocdc import tables
-from autocdc.stage import REASON, SEQ, col
+from autocdc.engine import tables
+from autocdc.engine.stage import REASON, SEQ, col
 
 SCHEMA = StructType(
     [

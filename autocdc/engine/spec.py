@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from autocdc.errors import (
+from autocdc.engine.errors import (
     ConflictingColumnListsError,
     DuplicateColumnError,
     EmptyKeysError,
@@ -41,7 +41,7 @@ from autocdc.errors import (
     TruncateWithScd2Error,
     UnknownColumnError,
 )
-from autocdc.tables import ident
+from autocdc.engine.tables import ident
 
 RESERVED_PREFIX = "__autocdc"
 START_AT = "__START_AT"

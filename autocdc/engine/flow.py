@@ -19,12 +19,12 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from autocdc import fit, gc, quarantine, scd1, scd2, stage, sync, tables
-from autocdc import state as st
-from autocdc.errors import ConcurrentWriteError
-from autocdc.metrics import BatchMetrics
-from autocdc.spec import END_AT, START_AT, FlowSpec
-from autocdc.stage import OP, REASON, SEQ, TRUNCATE, col
+from autocdc.engine import fit, gc, quarantine, scd1, scd2, stage, sync, tables
+from autocdc.engine import state as st
+from autocdc.engine.errors import ConcurrentWriteError
+from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.spec import END_AT, START_AT, FlowSpec
+from autocdc.engine.stage import OP, REASON, SEQ, TRUNCATE, col
 
 CRASH_ENV = "AUTOCDC_TEST_CRASH_AT"
 GC_INTERVAL_SECONDS = 3600.0

@@ -5,12 +5,12 @@ sequence of that upsert (``__autocdc_ups``), of the latest delete or truncate
 (``__autocdc_del``), and, for ``ignore_null_updates``, the sequence each column was last
 set at. The target is a pure projection of the live state rows, so the engine can always
 rebuild a key's target row from state alone; that is what makes a crash between the
-state commit and the target commit harmless (see :mod:`autocdc.sync`).
+state commit and the target commit harmless (see :mod:`autocdc.engine.sync`).
 
 The table is append-only between compactions: a batch *appends* the new row of each key
 it changes, and a key's current row is its row with the greatest ``__autocdc_batch``.
 An append costs a fraction of a MERGE (no join against the table, no file rewrite);
-:mod:`autocdc.gc` compacts the table when superseded rows outnumber current ones.
+:mod:`autocdc.engine.gc` compacts the table when superseded rows outnumber current ones.
 
 The meta row (``__autocdc_kind = 'M'``, NULL keys) is appended in the same commit as the
 state rows, and the newest one counts: the last batch id, the batch the target is known
@@ -36,9 +36,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from autocdc import tables
-from autocdc.spec import END_AT, RESERVED_PREFIX, START_AT, has_map
-from autocdc.stage import col
+from autocdc.engine import tables
+from autocdc.engine.spec import END_AT, RESERVED_PREFIX, START_AT, has_map
+from autocdc.engine.stage import col
 
 KIND = "__autocdc_kind"
 UPS = "__autocdc_ups"

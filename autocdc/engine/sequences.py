@@ -13,7 +13,7 @@ from typing import Literal
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from autocdc.errors import InvalidSequenceValueError
+from autocdc.engine.errors import InvalidSequenceValueError
 
 MAX_SECTIONS = 4
 _HEX_SECTIONS = r"^[0-9A-Fa-f]{1,16}(/[0-9A-Fa-f]{1,16}){0,3}$"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from autocdc import state as st
-from autocdc import tables
-from autocdc.stage import col
+from autocdc.engine import state as st
+from autocdc.engine import tables
+from autocdc.engine.stage import col
 
 
 def sync_scd1(

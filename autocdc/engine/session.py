@@ -18,7 +18,7 @@ from pathlib import Path
 from delta import configure_spark_with_delta_pip
 from pyspark.sql import SparkSession
 
-from autocdc import tables
+from autocdc.engine import tables
 
 _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -28,7 +28,7 @@ _DELTA_CONF = {
 
 def _conf_dir() -> Path | None:
     """``$AUTOCDC_CONF_DIR``, else ``./conf``, else the ``conf/`` of a source checkout."""
-    candidates = [os.environ.get("AUTOCDC_CONF_DIR"), "conf", Path(__file__).parent.parent / "conf"]
+    candidates = [os.environ.get("AUTOCDC_CONF_DIR"), "conf", Path(__file__).parents[2] / "conf"]
     for candidate in candidates:
         if candidate and (Path(candidate) / "spark-defaults.conf").is_file():
             return Path(candidate)

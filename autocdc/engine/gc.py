@@ -1,6 +1,6 @@
 """Compaction and tombstone collection: one rewrite of the state table.
 
-The state table is append-only between compactions (see :mod:`autocdc.state`), so it
+The state table is append-only between compactions (see :mod:`autocdc.engine.state`), so it
 keeps superseded versions of a key's row. A compaction rewrites it, in one commit, as
 each key's current row plus a fresh meta row, and while at it forgets tombstones older
 than the retention. A collected tombstone can no longer reject an older upsert of its
@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from autocdc import state as st
-from autocdc import tables
-from autocdc.stage import col
+from autocdc.engine import state as st
+from autocdc.engine import tables
+from autocdc.engine.stage import col
 
 COLLECTED, MAX_DEL, KEPT = "__autocdc_collected", "__autocdc_max_del", "__autocdc_kept"
 # Compact once superseded rows outnumber current ones, and there are this many of them.

@@ -30,11 +30,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from autocdc import state as st
-from autocdc import tables
-from autocdc.errors import DefinitionChangedError, SchemaMismatchError
-from autocdc.spec import FlowSpec
-from autocdc.stage import col, sequence_type
+from autocdc.engine import state as st
+from autocdc.engine import tables
+from autocdc.engine.errors import DefinitionChangedError, SchemaMismatchError
+from autocdc.engine.spec import FlowSpec
+from autocdc.engine.stage import col, sequence_type
 
 _INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
 

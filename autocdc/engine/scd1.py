@@ -20,9 +20,9 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from autocdc import state as st
-from autocdc.errors import QUARANTINE_LATE_BEYOND_HORIZON
-from autocdc.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
+from autocdc.engine import state as st
+from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
+from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
 # Per-event and per-key working columns (never stored); see state.derived for names.
 M_GC, M_TRUNC, NEW_TRUNC = "__autocdc_m_gc", "__autocdc_m_trunc", "__autocdc_new_trunc"

@@ -14,13 +14,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from autocdc.errors import (
+from autocdc.engine.errors import (
     QUARANTINE_NULL_KEY,
     QUARANTINE_NULL_SEQUENCE,
     NondeterministicExpressionError,
 )
-from autocdc.spec import FlowSpec, to_column
-from autocdc.tables import ident
+from autocdc.engine.spec import FlowSpec, to_column
+from autocdc.engine.tables import ident
 
 SEQ = "__autocdc_seq"
 OP = "__autocdc_op"
