@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(PY) -m autocdc run pipelines/demo.py --warehouse warehouse
+	$(PY) -m autocdc run --spec pipelines/spark-pipeline.yml --full-refresh-all
+	$(PY) pipelines/check.py
 
 # Two pytest workers, each with its own Spark session: Spark spends much of a test waiting
 # on the Delta log and on subprocesses, so two share the 2 cores well.

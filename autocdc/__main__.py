@@ -1,9 +1,10 @@
-"""``python -m autocdc``: see :mod:`autocdc.cli`."""
+"""``python -m autocdc`` (and ``spark-submit <this file>``): see :mod:`autocdc.pipelines.cli`."""
 
 from __future__ import annotations
 
 import sys
 
-from autocdc.cli import main
+from autocdc.pipelines.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

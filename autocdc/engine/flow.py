@@ -82,6 +82,12 @@ class AutoCdcFlow(FlowSpec):
             tables.evolve(spark, self.target, target_fields, before=START_AT)
             tables.evolve(spark, self.state_table, fitted.layout.schema().fields, before=None)
 
+    def check(self, df: DataFrame) -> None:
+        """Raise what ``apply`` would raise for a batch of ``df``'s schema, writing nothing:
+        a runner validates a whole pipeline (a streaming source included) before it runs."""
+        stage.check_deterministic(df, self)
+        fit.fit(df.sparkSession, self, df, self.state_table)
+
     def apply(self, df: DataFrame) -> BatchMetrics:
         """Apply one micro-batch of changes; safe to repeat after a crash.
 

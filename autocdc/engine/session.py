@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from delta import configure_spark_with_delta_pip
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from autocdc.engine import tables
@@ -56,6 +57,9 @@ def spark_session(
     by ivy after the first run. ``warehouse`` defaults to ``./warehouse``. Settings in
     ``conf`` win over the file's.
 
+    Under ``spark-submit`` the launcher's settings win over the file's, and Delta's jars
+    must come from ``--packages io.delta:delta-spark_4.2_2.13:4.4.0``.
+
     >>> spark = spark_session(warehouse="/tmp/wh")            # doctest: +SKIP
     """
     # Python workers must run the interpreter (and packages) of the driver.
@@ -64,6 +68,10 @@ def spark_session(
     conf_dir = _conf_dir()
     if conf_dir is not None:
         settings.update(read_conf_file(conf_dir / "spark-defaults.conf"))
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
+    if submitted:  # its settings (master, memory, --packages) win over the file's
+        launcher = SparkConf()
+        settings = {k: v for k, v in settings.items() if not launcher.contains(k)}
     settings.update(_DELTA_CONF)
     settings["spark.sql.warehouse.dir"] = str(Path(warehouse or "warehouse").resolve())
     settings.update(conf or {})
@@ -71,7 +79,7 @@ def spark_session(
     builder = SparkSession.builder.appName(settings.pop("spark.app.name", "autocdc"))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if "spark.jars.packages" not in settings:
+    if "spark.jars.packages" not in settings and not submitted:
         builder = configure_spark_with_delta_pip(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.get("autocdc.logLevel", "ERROR"))

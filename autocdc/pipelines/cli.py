@@ -1,0 +1,83 @@
+"""Command line: ``autocdc run | dry-run | init | launcher`` (also ``python -m autocdc``).
+
+The flags of ``run`` are those of Spark's ``spark-pipelines`` CLI. A definition problem
+exits with status 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from autocdc.engine.errors import AutoCdcError
+from autocdc.engine.session import spark_session
+from autocdc.pipelines import graph, project, registry, runner, scaffold
+
+
+def _names(value: str) -> set[str]:
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autocdc", description="Run declarative CDC pipelines.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the pipeline: every flow, then exit")
+    dry = commands.add_parser("dry-run", help="resolve and check the pipeline, write nothing")
+    for command in (run, dry):
+        command.add_argument("--spec", type=Path, help="spark-pipeline.yml (default: found)")
+    run.add_argument("--full-refresh", type=_names, default=set(), metavar="A,B")
+    run.add_argument("--full-refresh-all", action="store_true")
+    run.add_argument("--refresh", type=_names, metavar="A,B")
+    run.add_argument("--continuous", action="store_true", help="keep running until Ctrl-C")
+    run.add_argument("--trigger-interval", default="10 seconds")
+    init = commands.add_parser("init", help="create a sample project")
+    init.add_argument("--name", required=True)
+    commands.add_parser("launcher", help="print the script to give spark-submit")
+    return parser
+
+
+def resolve(spec: project.Project, spark: SparkSession) -> graph.Graph:
+    """Load the project's definitions and resolve them (the spec's database becomes the
+    session's current one, so unqualified names in queries find the pipeline's tables)."""
+    if spec.database:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {spec.database}")
+        spark.catalog.setCurrentDatabase(spec.database)
+    return graph.resolve(registry.load(spec, spark), spark, runner.qualifier(spec.database))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``autocdc`` script; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "init":
+            root = scaffold.create(Path(args.name))
+            print(f"autocdc: created {root}; run it with: cd {root} && autocdc run")
+            return 0
+        if args.command == "launcher":
+            print(Path(__file__).resolve().parent.parent / "__main__.py")
+            return 0
+        spec = project.load(args.spec or project.find_spec(Path.cwd()))
+        os.chdir(spec.root)  # relative paths in the definitions are the project's
+        spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
+        resolved = resolve(spec, spark)
+        order = ", ".join(d.name for d in resolved.order)
+        runner.say(f"pipeline {spec.name}: {len(resolved.order)} datasets ({order})")
+        if args.command == "dry-run":
+            runner.say("dry run: every definition resolved, nothing written")
+            return 0
+        options = runner.Options(
+            full_refresh=args.full_refresh,
+            full_refresh_all=args.full_refresh_all,
+            refresh=args.refresh,
+            continuous=args.continuous,
+            trigger_interval=args.trigger_interval,
+        )
+        runner.Runner(spark, spec, resolved).run(options)
+    except AutoCdcError as error:
+        print(f"autocdc: {error}", file=sys.stderr)
+        return 2
+    return 0

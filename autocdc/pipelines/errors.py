@@ -1,0 +1,82 @@
+"""Errors of pipeline definitions: each names the dataset or flow and where it was defined.
+
+They are raised before anything runs (``autocdc run`` and ``autocdc dry-run`` exit with
+status 2 and write nothing). ``where`` is ``file:line`` as pyspark records it.
+"""
+
+from __future__ import annotations
+
+from autocdc.engine.errors import AutoCdcError
+
+
+class PipelineDefinitionError(AutoCdcError):
+    """A library file could not be loaded, or a definition in it was refused."""
+
+    error_class = "AUTOCDC_PIPELINE_DEFINITION"
+    template = "{where}: {problem}. {hint}"
+
+
+class DuplicateDatasetError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_DUPLICATE_DATASET"
+    template = (
+        "{where}: dataset `{name}` is already defined at {first}. Give one of them another "
+        "name, or feed both into one streaming table with append flows."
+    )
+
+
+class DuplicateFlowError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_DUPLICATE_FLOW"
+    template = "{where}: flow `{name}` is already defined at {first}. Give it another name."
+
+
+class UndefinedTargetError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_UNDEFINED_TARGET"
+    template = (
+        "{where}: flow `{flow}` writes into `{target}`, which the pipeline does not define. "
+        "Define it first, e.g. dp.create_streaming_table('{target}') or CREATE STREAMING "
+        "TABLE {target}."
+    )
+
+
+class NotAStreamingTableError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_TARGET_NOT_STREAMING_TABLE"
+    template = (
+        "{where}: flow `{flow}` writes into `{target}`, a {kind}. {what} write only into "
+        "streaming tables: declare `{target}` with create_streaming_table / CREATE "
+        "STREAMING TABLE."
+    )
+
+
+class BatchQueryForStreamingTableError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_BATCH_QUERY_FOR_STREAMING_TABLE"
+    template = (
+        "{where}: flow `{flow}` into streaming table `{target}` returns a batch query. Read "
+        "the source with spark.readStream (or STREAM(...) in SQL), or make `{target}` a "
+        "materialized view."
+    )
+
+
+class CycleError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_CYCLE"
+    template = (
+        "The datasets {cycle} read each other in a cycle (first at {where}). A pipeline "
+        "must be a DAG: break the cycle."
+    )
+
+
+class DatasetNotFoundError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_DATASET_NOT_FOUND"
+    template = (
+        "{where}: flow `{flow}` reads `{name}`, which is neither a dataset of the pipeline "
+        "nor a table of the warehouse. Fix the name or define the dataset."
+    )
+
+
+class FlowAnalysisError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_FLOW_INVALID"
+    template = "{where}: flow `{flow}` cannot run: {problem}"
+
+
+class UnknownDatasetError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_UNKNOWN_DATASET"
+    template = "--refresh / --full-refresh name(s) {names}, not datasets of the pipeline ({known})."

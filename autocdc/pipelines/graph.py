@@ -1,0 +1,220 @@
+"""Resolve a pipeline's datasets into dependency order, checking every flow before any run.
+
+A dataset depends on what its flows read. The reads are recorded while each query is
+built (``spark.table``, ``read.table``, ``readStream.table``, and the relations of every
+SQL text), and a read of a dataset that has no table yet fails to analyze: that flow
+waits, and is tried again once the dataset it read has a *placeholder*, a temporary view
+of the same name and schema (dropped again at the end). No progress with flows still
+waiting means a cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import graphlib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.readwriter import DataFrameReader
+from pyspark.sql.streaming.readwriter import DataStreamReader
+
+from autocdc import AutoCdcError, AutoCdcFlow
+from autocdc.pipelines.errors import (
+    BatchQueryForStreamingTableError,
+    CycleError,
+    DatasetNotFoundError,
+    FlowAnalysisError,
+    NotAStreamingTableError,
+    UndefinedTargetError,
+)
+from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, Registry
+
+_RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
+CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
+
+
+@dataclass
+class Graph:
+    """The datasets in dependency order, each with its flows and the datasets it reads."""
+
+    order: list[Dataset]
+    flows: dict[str, list[Flow]]
+    reads: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _last(name: str) -> str:
+    return name.replace("`", "").split(".")[-1].lower()
+
+
+@contextlib.contextmanager
+def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
+    """Record the names every table read and SQL text refers to while in the block."""
+    names: set[str] = set()
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    originals = {
+        (SparkSession, "table"): SparkSession.table,
+        (DataFrameReader, "table"): DataFrameReader.table,
+        (DataStreamReader, "table"): DataStreamReader.table,
+        (SparkSession, "sql"): SparkSession.sql,
+    }
+
+    def reading(cls: type, attr: str):
+        original = originals[(cls, attr)]
+
+        def wrapper(self, text, *args, **kwargs):
+            if attr == "sql":
+                with contextlib.suppress(Exception):
+                    plan = parser.parsePlan(text).toString()
+                    names.update(_last(m.split(", ")[-1]) for m in _RELATION.findall(plan))
+            else:
+                names.add(_last(text))
+            return original(self, text, *args, **kwargs)
+
+        return wrapper
+
+    for cls, attr in originals:
+        setattr(cls, attr, reading(cls, attr))
+    try:
+        yield names
+    finally:
+        for (cls, attr), original in originals.items():
+            setattr(cls, attr, original)
+
+
+def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
+    """The change feed of a CDC flow; a Delta change data feed's pre-images are dropped
+    (each update's post-image carries the change)."""
+    reader = spark.readStream if flow.streaming else spark.read
+    df = reader.table(flow.source)
+    if CHANGE_TYPE in df.columns:
+        df = df.where(F.col(CHANGE_TYPE) != "update_preimage")
+    return df
+
+
+def engine_flow(flow: CdcFlow, target: str) -> AutoCdcFlow:
+    return AutoCdcFlow(target=target, name=flow.name, **flow.options)
+
+
+def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
+    """What readers of the flow's target see: the query's rows, or for a CDC flow the
+    selected columns (plus the validity columns of type 2)."""
+    if isinstance(flow, QueryFlow):
+        return df
+    engine = engine_flow(flow, flow.target)
+    excepted = engine.except_column_list or []
+    keep = engine.column_list or [c for c in df.columns if c not in excepted]
+    out = df.select(*[F.col(f"`{c}`") for c in keep])
+    if engine.stored_as_scd_type == 2:
+        sequence = engine.sequence_by
+        seq = F.struct(*[F.col(s) for s in sequence]) if isinstance(sequence, list) else sequence
+        seq_type = df.select(F.expr(seq) if isinstance(seq, str) else seq).schema[0].dataType
+        validity = [F.lit(None).cast(seq_type).alias(c) for c in ("__START_AT", "__END_AT")]
+        out = out.select("*", *validity)
+    return out
+
+
+def _check_targets(registry: Registry) -> dict[str, list[Flow]]:
+    flows: dict[str, list[Flow]] = {name: [] for name in registry.datasets}
+    for flow in registry.flows.values():
+        dataset = registry.datasets.get(flow.target)
+        if dataset is None:
+            raise UndefinedTargetError(where=flow.where, flow=flow.name, target=flow.target)
+        own_query = isinstance(flow, QueryFlow) and flow.name == dataset.name
+        if dataset.kind != "streaming_table" and not own_query:
+            raise NotAStreamingTableError(
+                where=flow.where,
+                flow=flow.name,
+                target=flow.target,
+                kind=dataset.kind.replace("_", " "),
+                what="AUTO CDC flows" if isinstance(flow, CdcFlow) else "Append flows",
+            )
+        flows[dataset.name].append(flow)
+    return flows
+
+
+def _not_found(error: AnalysisException) -> str | None:
+    if error.getCondition() != "TABLE_OR_VIEW_NOT_FOUND":
+        return None
+    return _last(error.getMessageParameters().get("relationName", ""))
+
+
+def build(flow: Flow, dataset: Dataset, spark: SparkSession, target: str) -> DataFrame:
+    """The DataFrame of one flow (checked against the engine for a CDC flow)."""
+    if isinstance(flow, CdcFlow):
+        df = source_frame(spark, flow)
+        engine_flow(flow, target).check(df)
+        return df
+    df = flow.query()
+    if dataset.kind == "streaming_table" and not df.isStreaming:
+        raise BatchQueryForStreamingTableError(where=flow.where, flow=flow.name, target=target)
+    return df
+
+
+def resolve(registry: Registry, spark: SparkSession, qualify: Callable[[str], str]) -> Graph:
+    """Check every flow and order the datasets; raise the first problem found."""
+    flows = _check_targets(registry)
+    names = {_last(n): n for n in registry.datasets}
+    waiting = dict(registry.datasets)
+    reads: dict[str, set[str]] = {}
+    blocked: dict[str, tuple[str, Flow]] = {}
+    placeholders: list[str] = []
+    try:
+        while waiting:
+            progress = False
+            for name, dataset in list(waiting.items()):
+                try:
+                    with recording_reads(spark) as read:
+                        frames = [(f, build(f, dataset, spark, qualify(name))) for f in flows[name]]
+                except AnalysisException as error:
+                    missing = _not_found(error)
+                    current = next(f for f in flows[name])
+                    if missing in names and names[missing] in waiting and missing != _last(name):
+                        blocked[name] = (names[missing], current)
+                        continue
+                    if missing is not None:
+                        raise DatasetNotFoundError(
+                            where=current.where, flow=current.name, name=missing
+                        ) from error
+                    raise FlowAnalysisError(
+                        where=current.where, flow=current.name, problem=str(error)
+                    ) from error
+                except AutoCdcError as error:
+                    if error.error_class.startswith("AUTOCDC_PIPELINE"):
+                        raise
+                    current = next(f for f in flows[name] if isinstance(f, CdcFlow))
+                    raise FlowAnalysisError(
+                        where=current.where, flow=current.name, problem=str(error)
+                    ) from error
+                reads[name] = {names[r] for r in read if r in names and names[r] != name}
+                if frames and "." not in name:
+                    _placeholder(*frames[0]).createOrReplaceTempView(name)
+                    placeholders.append(name)
+                del waiting[name]
+                blocked.pop(name, None)
+                progress = True
+            if not progress:
+                raise _cycle(blocked)
+    finally:
+        for name in placeholders:
+            spark.catalog.dropTempView(name)
+    try:
+        order = list(graphlib.TopologicalSorter(reads).static_order())
+    except graphlib.CycleError as error:
+        cycle = error.args[1]
+        where = registry.datasets[cycle[0]].where
+        raise CycleError(cycle=" -> ".join(cycle), where=where) from None
+    return Graph([registry.datasets[n] for n in order], flows, reads)
+
+
+def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:
+    """Follow the waits from any blocked dataset until one repeats."""
+    start = next(iter(blocked))
+    path = [start]
+    while blocked[path[-1]][0] not in path:
+        path.append(blocked[path[-1]][0])
+    cycle = [*path[path.index(blocked[path[-1]][0]) :], blocked[path[-1]][0]]
+    return CycleError(cycle=" -> ".join(cycle), where=blocked[cycle[0]][1].where)

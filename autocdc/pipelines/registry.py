@@ -1,0 +1,291 @@
+"""Collect a pipeline's definitions: Python files (``pyspark.pipelines`` or
+``autocdc.pipelines``) and SQL files, into datasets and flows.
+
+pyspark's ``dp`` functions send each definition to the registry active at call time, so
+implementing :class:`GraphElementRegistry` is all it takes for files written for Spark's
+own CLI to load unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pyspark.errors import PySparkException
+from pyspark.pipelines import flow as sdp_flow
+from pyspark.pipelines import output as sdp_output
+from pyspark.pipelines.graph_element_registry import (
+    GraphElementRegistry,
+    graph_element_registration_context,
+)
+from pyspark.pipelines.source_code_location import SourceCodeLocation
+from pyspark.sql import Column, DataFrame, SparkSession
+
+from autocdc.engine.errors import AutoCdcError
+from autocdc.pipelines import sql
+from autocdc.pipelines.errors import (
+    DuplicateDatasetError,
+    DuplicateFlowError,
+    PipelineDefinitionError,
+)
+from autocdc.pipelines.project import Project
+
+Kind = Literal["streaming_table", "materialized_view", "temporary_view"]
+KINDS: dict[type, Kind] = {
+    sdp_output.MaterializedView: "materialized_view",
+    sdp_output.StreamingTable: "streaming_table",
+    sdp_output.TemporaryView: "temporary_view",
+}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    kind: Kind
+    where: str
+    schema: Any = None  # StructType or DDL string, as declared
+    table_properties: dict[str, str] = field(default_factory=dict)
+    partition_cols: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class QueryFlow:
+    """A query whose rows go into ``target``: a dataset's own query or an append flow."""
+
+    name: str
+    target: str
+    query: Callable[[], DataFrame]
+    where: str
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CdcFlow:
+    """An AUTO CDC flow: ``source`` applied to ``target`` by an ``autocdc.AutoCdcFlow``
+    built from ``options`` (every ``AutoCdcFlow`` parameter but target and name)."""
+
+    name: str
+    target: str
+    source: str
+    where: str
+    options: dict[str, Any]
+    streaming: bool = True
+
+
+Flow = QueryFlow | CdcFlow
+
+
+def where(location: SourceCodeLocation | sql.Location) -> str:
+    """``file:line``, relative to the current folder (the project root while loading)."""
+    if isinstance(location, sql.Location):
+        return f"{location.file}:{location.line}"
+    filename = location.filename
+    with contextlib.suppress(ValueError):
+        filename = os.path.relpath(filename)
+    return f"{filename}:{location.line_number}" if location.line_number else filename
+
+
+def column_text(value: Any) -> Any:
+    """A Spark Connect column (pyspark's ``dp`` builds them from strings) back to its SQL
+    text, so the classic session can run it; anything else unchanged."""
+    if isinstance(value, list):
+        return [column_text(v) for v in value]
+    expression = getattr(value, "_expr", None)
+    if isinstance(value, Column) and expression is not None:
+        if hasattr(expression, "_unparsed_identifier"):
+            return expression._unparsed_identifier.strip("`")
+        if isinstance(getattr(expression, "_expr", None), str):
+            return expression._expr
+    return value
+
+
+class Registry(GraphElementRegistry):
+    """Datasets and flows by name, each with the place it was defined."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.datasets: dict[str, Dataset] = {}
+        self.flows: dict[str, Flow] = {}
+
+    def add_dataset(self, dataset: Dataset) -> None:
+        if dataset.name in self.datasets:
+            first = self.datasets[dataset.name].where
+            raise DuplicateDatasetError(where=dataset.where, name=dataset.name, first=first)
+        self.datasets[dataset.name] = dataset
+
+    def add_flow(self, flow: Flow) -> None:
+        if flow.name in self.flows:
+            first = self.flows[flow.name].where
+            raise DuplicateFlowError(where=flow.where, name=flow.name, first=first)
+        self.flows[flow.name] = flow
+
+    def register_output(self, output: sdp_output.Output) -> None:
+        kind = KINDS.get(type(output))
+        if kind is None:
+            raise PipelineDefinitionError(
+                where=where(output.source_code_location),
+                problem=f"{type(output).__name__} `{output.name}` is not supported by autocdc",
+                hint="Write into a streaming table or a materialized view instead.",
+            )
+        self.add_dataset(
+            Dataset(
+                name=output.name,
+                kind=kind,
+                where=where(output.source_code_location),
+                schema=getattr(output, "schema", None),
+                table_properties=dict(getattr(output, "table_properties", None) or {}),
+                partition_cols=getattr(output, "partition_cols", None),
+            )
+        )
+
+    def register_flow(self, flow: sdp_flow.Flow) -> None:
+        self.add_flow(
+            QueryFlow(
+                name=flow.name,
+                target=flow.target,
+                query=flow.func,
+                where=where(flow.source_code_location),
+                spark_conf=dict(flow.spark_conf),
+            )
+        )
+
+    def register_auto_cdc_flow(self, flow: sdp_flow.AutoCdcFlow | CdcFlow) -> None:
+        if isinstance(flow, CdcFlow):
+            self.add_flow(flow)
+            return
+        options = {
+            "keys": column_text(flow.keys),
+            "sequence_by": column_text(flow.sequence_by),
+            "apply_as_deletes": column_text(flow.apply_as_deletes),
+            "column_list": column_text(flow.column_list),
+            "except_column_list": column_text(flow.except_column_list),
+            "stored_as_scd_type": int(flow.stored_as_scd_type or 1),
+        }
+        self.add_flow(
+            CdcFlow(
+                name=flow.name or flow.target,
+                target=flow.target,
+                source=flow.source,
+                where=where(flow.source_code_location),
+                options={k: v for k, v in options.items() if v is not None},
+            )
+        )
+
+    def register_sql(self, sql_text: str, file_path: Path) -> None:
+        for statement in sql.parse(sql_text, str(file_path)):
+            self._register_statement(statement)
+
+    def _register_statement(self, statement: sql.Statement) -> None:
+        at = where(statement.location)
+        if isinstance(statement, sql.SetConf):
+            self.spark.conf.set(statement.key, statement.value)
+        elif isinstance(statement, sql.CreateDataset):
+            self.add_dataset(
+                Dataset(
+                    name=statement.name,
+                    kind=statement.kind,
+                    where=at,
+                    schema=statement.schema,
+                    table_properties=statement.properties,
+                    partition_cols=statement.partition_cols,
+                )
+            )
+            if statement.query is not None:
+                self.add_flow(
+                    QueryFlow(statement.name, statement.name, self._sql(statement.query), at)
+                )
+        elif isinstance(statement, sql.InsertFlow):
+            self.add_flow(
+                QueryFlow(statement.name, statement.target, self._sql(statement.query), at)
+            )
+        else:
+            options = {
+                name: getattr(statement, name)
+                for name in (
+                    "keys",
+                    "sequence_by",
+                    "apply_as_deletes",
+                    "apply_as_truncates",
+                    "column_list",
+                    "except_column_list",
+                    "stored_as_scd_type",
+                    "track_history_column_list",
+                    "track_history_except_column_list",
+                    "ignore_null_updates",
+                )
+            }
+            self.add_flow(
+                CdcFlow(
+                    name=statement.name,
+                    target=statement.target,
+                    source=statement.source,
+                    where=at,
+                    options={k: v for k, v in options.items() if v is not None},
+                    streaming=statement.streaming,
+                )
+            )
+
+    def _sql(self, text: str) -> Callable[[], DataFrame]:
+        return lambda: self.spark.sql(text)
+
+
+@contextlib.contextmanager
+def _cwd(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _failure_site(error: BaseException, file: Path) -> str:
+    """The deepest line of ``file`` in the error's traceback (where the user's code broke)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename) == file]
+    return f"{os.path.relpath(file)}:{frames[-1].lineno}" if frames else os.path.relpath(file)
+
+
+def _import(path: Path, spark: SparkSession) -> None:
+    """Execute a Python library file as a module, with ``spark`` as a global (as in SDP)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__["spark"] = spark
+    try:
+        spec.loader.exec_module(module)
+    except AutoCdcError:
+        raise
+    except PySparkException as error:
+        hint = "Fix the definition."
+        if error.getMessageParameters().get("arg_name") == "stored_as_scd_type":
+            hint = (
+                "pyspark's own create_auto_cdc_flow supports SCD type 1 only: import "
+                "`from autocdc import pipelines as dp` for type 2 and the other options."
+            )
+        raise PipelineDefinitionError(
+            where=_failure_site(error, path), problem=str(error), hint=hint
+        ) from error
+    except Exception as error:
+        raise PipelineDefinitionError(
+            where=_failure_site(error, path),
+            problem=f"{type(error).__name__}: {error}",
+            hint="Fix the library file.",
+        ) from error
+
+
+def load(project: Project, spark: SparkSession) -> Registry:
+    """Every definition of the project's library files, in file order."""
+    registry = Registry(spark)
+    with _cwd(project.root), graph_element_registration_context(registry):
+        for path in project.library_files():
+            if path.suffix == ".py":
+                _import(path, spark)
+            else:
+                registry.register_sql(path.read_text(), path.relative_to(project.root))
+    return registry
