@@ -8,6 +8,7 @@ Library files run by ``autocdc run`` may mix both imports.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pyspark.pipelines.api import (
@@ -19,6 +20,7 @@ from pyspark.pipelines.api import (
 )
 from pyspark.pipelines.graph_element_registry import get_active_graph_element_registry
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
+from pyspark.sql import SparkSession
 
 from autocdc.engine.flow import AutoCdcFlow
 
@@ -27,6 +29,7 @@ __all__ = [
     "create_auto_cdc_flow",
     "create_streaming_table",
     "materialized_view",
+    "run",
     "table",
     "temporary_view",
 ]
@@ -54,3 +57,29 @@ def create_auto_cdc_flow(
             streaming=not once,
         )
     )
+
+
+def run(
+    spec: str | Path,
+    spark: SparkSession | None = None,
+    *,
+    full_refresh: list[str] | None = None,
+    full_refresh_all: bool = False,
+    refresh: list[str] | None = None,
+) -> list[str]:
+    """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
+    on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
+    return the datasets in the order they ran."""
+    from autocdc.engine.session import spark_session
+    from autocdc.pipelines import cli, project, runner
+
+    loaded = project.load(Path(spec))
+    spark = spark or spark_session(warehouse=loaded.warehouse, conf=loaded.configuration)
+    resolved = cli.resolve(loaded, spark)
+    options = runner.Options(
+        full_refresh=set(full_refresh or []),
+        full_refresh_all=full_refresh_all,
+        refresh=None if refresh is None else set(refresh),
+    )
+    runner.Runner(spark, loaded, resolved).run(options)
+    return [d.name for d in resolved.order]

@@ -1,0 +1,441 @@
+"""Parser for Spark Declarative Pipelines SQL definition files.
+
+Only the statement structure is parsed; queries and expressions stay raw source slices
+because Spark parses them, so we never disagree with Spark about their meaning. An LALR
+grammar with a contextual lexer makes keywords reserved only where a keyword may follow:
+`keys` is a fine column name inside a query, but `SEQUENCE BY ts COLUMNS a` ends the
+expression at COLUMNS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.tree import Meta
+
+from autocdc.engine.errors import AutoCdcError
+
+_QUOTED_IDENT = r"`(?:[^`]|``)*`"
+_STRING = r"""'(?:[^'\\]|\\[\s\S]|'')*'|"(?:[^"\\]|\\[\s\S]|"")*\""""
+# A raw span's tokens are shifted in rules of its own (left-recursive, not EBNF `*`, whose
+# helper rules lark shares between identical expressions): LALR would otherwise merge the
+# states after a query's and an expression's last token, and the contextual lexer would
+# then end a query at a word like SEQUENCE. "." "," "=" "*" cannot start a span.
+_HEAD = 'IDENT | QUOTED_IDENT | STRING | NUMBER | OP | "(" _inner? ")"'
+_ITEM = _HEAD + ' | "." | "," | "=" | "*"'
+_GRAMMAR = rf"""
+start: _stmt? (";" _stmt?)*
+_stmt: streaming_table | materialized_view | temporary_view | insert_flow | cdc_flow | set_conf
+
+streaming_table: "CREATE"i _refresh? "STREAMING"i "TABLE"i name schema? _clause* ("AS"i query)?
+materialized_view: "CREATE"i _refresh? "MATERIALIZED"i "VIEW"i name schema? _clause* "AS"i query
+temporary_view: "CREATE"i _replace? "TEMPORARY"i "VIEW"i name comment? "AS"i query
+insert_flow: _create_flow "INSERT"i "INTO"i target ("BY"i "NAME"i)? query
+cdc_flow: _create_flow? _cdc_into name "FROM"i source keys _cdc_clause*
+set_conf: "SET"i set_key "=" query
+_refresh: "OR"i "REFRESH"i
+_replace: "OR"i ("REFRESH"i | "REPLACE"i)
+_create_flow: "CREATE"i "FLOW"i name comment? "AS"i
+_cdc_into: ("AUTO"i "CDC"i | "APPLY"i "CHANGES"i) "INTO"i
+
+schema: "(" _inner ")"
+_clause: comment | partition_cols | cluster_by | properties | format
+comment: "COMMENT"i STRING
+partition_cols: "PARTITIONED"i "BY"i "(" _columns ")"
+cluster_by: "CLUSTER"i "BY"i "(" _columns ")"
+properties: "TBLPROPERTIES"i "(" prop ("," prop)* ")"
+prop: (STRING | name) "="? (STRING | NUMBER | IDENT)
+format: "USING"i IDENT
+
+source: STREAM "(" name ")" | STREAM? name
+keys: "KEYS"i "(" _columns ")"
+_cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
+    | columns | stored_as_scd_type | track_history
+ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i
+apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
+apply_as_truncates: "APPLY"i "AS"i "TRUNCATE"i "WHEN"i expr
+sequence_by: "SEQUENCE"i "BY"i expr
+columns: "COLUMNS"i _selection
+track_history: "TRACK"i "HISTORY"i "ON"i _selection
+_selection: column_list | "(" column_list ")" | "*" ("EXCEPT"i "(" except_list ")")?
+column_list: _columns
+except_list: _columns
+stored_as_scd_type: "STORED"i "AS"i "SCD"i "TYPE"i NUMBER
+
+name: _ident ("." _ident)*
+_ident: IDENT | QUOTED_IDENT
+// the insert target is followed by a query, which may start with a word like FROM
+target: _target
+_target: IDENT | QUOTED_IDENT | _target "." IDENT | _target "." QUOTED_IDENT
+_columns: column ("," column)*
+column: _ident
+
+query: _query
+_query: {_HEAD} | _query ({_ITEM})
+expr: _expr
+_expr: {_HEAD} | _expr ({_ITEM})
+_inner: ({_ITEM})+
+set_key: (IDENT | QUOTED_IDENT | STRING | NUMBER | OP | ".")+
+
+STREAM: "STREAM"i
+IDENT: /[^\W\d]\w*/
+QUOTED_IDENT: /{_QUOTED_IDENT}/
+STRING: /{_STRING}/
+NUMBER: /\d+(?:\.\d*)?(?:[eE][+-]?\d+)?\w*/
+OP: /(?!\/\*)[^\s\w'"`();,.=*]/
+SQL_COMMENT: /--[^\n]*|\/\*[\s\S]*?\*\//
+%ignore SQL_COMMENT
+%ignore /\s+/
+"""
+
+
+class _WholeWords:
+    """Keeps IDENT in every lexer state, so `CREATED` lexes as a word, not CREATE + D."""
+
+    always_accept = ("IDENT",)
+
+    def process(self, stream: Any) -> Any:
+        return stream
+
+
+_PARSER = Lark(
+    _GRAMMAR, parser="lalr", lexer="contextual", propagate_positions=True, postlex=_WholeWords()
+)
+
+
+class PipelineSqlSyntaxError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_SQL_SYNTAX"
+    template = "{file}:{line}:{column}: {problem}. Expected {expected}. {hint}"
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class CreateDataset:
+    kind: Literal["streaming_table", "materialized_view", "temporary_view"]
+    name: str
+    query: str | None
+    schema: str | None
+    comment: str | None
+    properties: dict[str, str]
+    partition_cols: list[str] | None
+    cluster_by: list[str] | None
+    format: str | None
+    location: Location
+
+
+@dataclass(frozen=True)
+class InsertFlow:
+    name: str
+    target: str
+    query: str
+    comment: str | None
+    location: Location
+
+
+@dataclass(frozen=True)
+class AutoCdcStatement:
+    name: str
+    target: str
+    source: str
+    streaming: bool
+    keys: list[str]
+    sequence_by: str
+    apply_as_deletes: str | None
+    apply_as_truncates: str | None
+    column_list: list[str] | None
+    except_column_list: list[str] | None
+    stored_as_scd_type: int
+    track_history_column_list: list[str] | None
+    track_history_except_column_list: list[str] | None
+    ignore_null_updates: bool
+    location: Location
+
+
+@dataclass(frozen=True)
+class SetConf:
+    key: str
+    value: str
+    location: Location
+
+
+Statement = CreateDataset | InsertFlow | AutoCdcStatement | SetConf
+
+_SUPPORTED = (
+    "Supported statements: CREATE [OR REFRESH] STREAMING TABLE, CREATE [OR REFRESH] "
+    "MATERIALIZED VIEW, CREATE TEMPORARY VIEW, CREATE FLOW, AUTO CDC INTO (or APPLY "
+    "CHANGES INTO) and SET; run anything else outside the pipeline."
+)
+_GENERIC_HINT = "Check for a misspelled keyword or a missing `;` between statements."
+# How lark's terminals read in messages, in the order they are listed there; other
+# keywords (AS, KEYS, ...) read as themselves, punctuation as `(`.
+_READABLE = {
+    "CREATE": "CREATE",
+    "OR": "OR REFRESH",
+    "STREAMING": "STREAMING TABLE",
+    "MATERIALIZED": "MATERIALIZED VIEW",
+    "TEMPORARY": "TEMPORARY VIEW",
+    "FLOW": "FLOW",
+    "AUTO": "AUTO CDC INTO",
+    "IGNORE": "IGNORE NULL UPDATES",
+    "APPLY": "APPLY AS ... WHEN",
+    "SEQUENCE": "SEQUENCE BY",
+    "COLUMNS": "COLUMNS",
+    "STORED": "STORED AS SCD TYPE",
+    "TRACK": "TRACK HISTORY ON",
+    "PARTITIONED": "PARTITIONED BY",
+    "CLUSTER": "CLUSTER BY",
+    "OP": "a query or expression",
+    "IDENT": "a name",
+    "QUOTED_IDENT": "a `backticked` name",
+    "STRING": "a quoted string",
+    "NUMBER": "a number",
+}
+_RANK = {term: rank for rank, term in enumerate(_READABLE)}
+_EXPRESSION_PARTS = {"IDENT", "QUOTED_IDENT", "STRING", "NUMBER", "LPAR", "DOT", "COMMA", "EQUAL"}
+_CLAUSE_WORDS = {
+    "comment": "COMMENT",
+    "partition_cols": "PARTITIONED BY",
+    "cluster_by": "CLUSTER BY",
+    "properties": "TBLPROPERTIES",
+    "format": "USING",
+    "ignore_null_updates": "IGNORE NULL UPDATES",
+    "apply_as_deletes": "APPLY AS DELETE WHEN",
+    "apply_as_truncates": "APPLY AS TRUNCATE WHEN",
+    "sequence_by": "SEQUENCE BY",
+    "columns": "COLUMNS",
+    "stored_as_scd_type": "STORED AS",
+    "track_history": "TRACK HISTORY ON",
+}
+_PLAIN_NAME = re.compile(r"[^\W\d]\w*")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+
+
+class _Clause(NamedTuple):
+    key: str
+    value: list[Any]
+    meta: Meta
+
+
+def _ident(token: Token) -> str:
+    """An identifier's plain text: backticks removed, doubled backticks undone."""
+    return token[1:-1].replace("``", "`") if token.type == "QUOTED_IDENT" else str(token)
+
+
+def _unquote(text: str) -> str:
+    """The value of a string literal or backticked name (Spark escapes), else the text."""
+    quote = text[:1]
+    if quote == "`" and re.fullmatch(_QUOTED_IDENT, text):
+        return text[1:-1].replace("``", "`")
+    if not re.fullmatch(_STRING, text):
+        return str(text)
+    return re.sub(
+        rf"\\([\s\S])|{quote}{quote}",
+        lambda m: _ESCAPES.get(m[1], m[1]) if m[1] is not None else quote,
+        text[1:-1],
+    )
+
+
+def _error(file: str, line: int, column: int, problem: str, expected: str, hint: str) -> Exception:
+    return PipelineSqlSyntaxError(
+        file=file, line=line, column=column, problem=problem, expected=expected, hint=hint
+    )
+
+
+@v_args(meta=True)
+class _Builder(Transformer):
+    """Turns the parse tree into statements; raw spans are sliced from the original text.
+
+    Each clause rule is named after its key and becomes a ``_Clause`` of its children, so
+    a statement sees its clauses in one place and can reject one given twice.
+    """
+
+    def __init__(self, text: str, file: str) -> None:
+        super().__init__()
+        self._text, self._file = text, file
+
+    def start(self, meta: Meta, statements: list[Statement]) -> list[Statement]:
+        return statements
+
+    def __default__(self, data: str, children: list[Any], meta: Meta) -> _Clause:
+        return _Clause(data, children, meta)
+
+    def _loc(self, meta: Meta) -> Location:
+        return Location(self._file, meta.line, meta.column)
+
+    def _split(self, children: list[Any]) -> tuple[list[str], dict[str, list[Any]]]:
+        """The statement's names in order, and its clauses by key."""
+        names, clauses = [], {}
+        for child in children:
+            if not isinstance(child, _Clause):
+                names.append(child)
+            elif child.key in clauses:
+                word = _CLAUSE_WORDS[child.key]
+                raise _error(
+                    self._file, child.meta.line, child.meta.column, f"{word} is given twice",
+                    "each clause at most once", f"Remove one of the {word} clauses.",
+                )  # fmt: skip
+            else:
+                clauses[child.key] = child.value
+        return names, clauses
+
+    def _dataset(self, kind: Any, meta: Meta, children: list[Any]) -> CreateDataset:
+        (name,), c = self._split(children)
+        return CreateDataset(
+            kind=kind,
+            name=name,
+            query=c["query"][0] if "query" in c else None,
+            schema=c["schema"][0] if "schema" in c else None,
+            comment=_unquote(c["comment"][0]) if "comment" in c else None,
+            properties=dict(c.get("properties", [])),
+            partition_cols=c.get("partition_cols"),
+            cluster_by=c.get("cluster_by"),
+            format=str(c["format"][0]) if "format" in c else None,
+            location=self._loc(meta),
+        )
+
+    def streaming_table(self, meta: Meta, children: list[Any]) -> CreateDataset:
+        return self._dataset("streaming_table", meta, children)
+
+    def materialized_view(self, meta: Meta, children: list[Any]) -> CreateDataset:
+        return self._dataset("materialized_view", meta, children)
+
+    def temporary_view(self, meta: Meta, children: list[Any]) -> CreateDataset:
+        return self._dataset("temporary_view", meta, children)
+
+    def insert_flow(self, meta: Meta, children: list[Any]) -> InsertFlow:
+        (name, target), c = self._split(children)
+        comment = _unquote(c["comment"][0]) if "comment" in c else None
+        return InsertFlow(
+            name, target, c["query"][0], comment, Location(self._file, meta.line, meta.column)
+        )
+
+    def cdc_flow(self, meta: Meta, children: list[Any]) -> AutoCdcStatement:
+        names, c = self._split(children)
+        if "sequence_by" not in c:
+            raise _error(
+                self._file, meta.end_line, meta.end_column, "the AUTO CDC flow has no SEQUENCE BY",
+                "SEQUENCE BY", "Name what orders the changes, e.g. SEQUENCE BY ts.",
+            )  # fmt: skip
+        (scd_type,) = c.get("stored_as_scd_type", ["1"])
+        if scd_type not in ("1", "2"):
+            raise _error(
+                self._file, scd_type.line, scd_type.column, f"SCD TYPE {scd_type} is not supported",
+                "SCD TYPE 1 or SCD TYPE 2", "Use 1 to keep the latest row, 2 to keep history.",
+            )  # fmt: skip
+        columns, except_columns = (c.get("columns") or [(None, None)])[0]
+        track, except_track = (c.get("track_history") or [(None, None)])[0]
+        return AutoCdcStatement(
+            name=names[0],
+            target=names[-1],
+            source=c["source"][-1],
+            streaming=len(c["source"]) == 2,
+            keys=c["keys"],
+            sequence_by=c["sequence_by"][0],
+            apply_as_deletes=c["apply_as_deletes"][0] if "apply_as_deletes" in c else None,
+            apply_as_truncates=c["apply_as_truncates"][0] if "apply_as_truncates" in c else None,
+            column_list=columns,
+            except_column_list=except_columns,
+            stored_as_scd_type=int(scd_type),
+            track_history_column_list=track,
+            track_history_except_column_list=except_track,
+            ignore_null_updates="ignore_null_updates" in c,
+            location=self._loc(meta),
+        )
+
+    def set_conf(self, meta: Meta, children: list[Any]) -> SetConf:
+        key, value = children
+        return SetConf(
+            _unquote(key), _unquote(value.value[0]), Location(self._file, meta.line, meta.column)
+        )
+
+    def name(self, meta: Meta, tokens: list[Token]) -> str:
+        parts = (_ident(t) for t in tokens)
+        return ".".join(
+            p if _PLAIN_NAME.fullmatch(p) else "`" + p.replace("`", "``") + "`" for p in parts
+        )
+
+    target = name
+
+    def column(self, meta: Meta, tokens: list[Token]) -> str:
+        return _ident(tokens[0])
+
+    def column_list(self, meta: Meta, columns: list[str]) -> tuple[list[str] | None, ...]:
+        return columns, None
+
+    def except_list(self, meta: Meta, columns: list[str]) -> tuple[list[str] | None, ...]:
+        return None, columns
+
+    def prop(self, meta: Meta, children: list[str]) -> tuple[str, str]:
+        return _unquote(children[0]), _unquote(children[-1])
+
+    def expr(self, meta: Meta, _: list[Any]) -> str:
+        return self._text[meta.start_pos : meta.end_pos]
+
+    set_key = expr
+
+    def query(self, meta: Meta, _: list[Any]) -> _Clause:
+        return _Clause("query", [self.expr(meta, _)], meta)
+
+    def schema(self, meta: Meta, _: list[Any]) -> _Clause:
+        return _Clause("schema", [self._text[meta.start_pos + 1 : meta.end_pos - 1].strip()], meta)
+
+
+def _expected(accepted: set[str]) -> str:
+    """Lark's acceptable terminals as words a SQL author knows."""
+    if "OP" in accepted:
+        accepted -= _EXPRESSION_PARTS | {"STAR"}
+    if "IDENT" in accepted:
+        accepted -= {"QUOTED_IDENT"}
+
+    def word(term: str) -> str:
+        if term == "APPLY" and "AUTO" in accepted:
+            return "APPLY CHANGES INTO"
+        if term == "$END":
+            return "end of input"
+        value = _PARSER.get_terminal(term).pattern.value
+        return _READABLE.get(term, value if value.isalpha() else f"`{value}`")
+
+    def rank(term: str) -> tuple[int, bool, bool, str]:
+        return _RANK.get(term, len(_RANK)), term == "$END", not word(term).isalpha(), term
+
+    words = [word(t) for t in sorted(accepted, key=rank)]
+    return words[0] if len(words) == 1 else "one of: " + ", ".join(words)
+
+
+def _syntax_error(err: UnexpectedInput, text: str, file: str) -> Exception:
+    accepted = err.interactive_parser.accepts()
+    hint = _SUPPORTED if accepted & {"CREATE", "STREAMING"} else _GENERIC_HINT
+    line, column = err.line, err.column
+    if isinstance(err, UnexpectedToken) and err.token.type == "$END":
+        problem = "the statement ends too early"
+        line, column = err.token.end_line or 1, err.token.end_column or 1
+    elif isinstance(err, UnexpectedToken):
+        problem = f"unexpected `{err.token}`"
+    elif isinstance(err, UnexpectedCharacters) and text.startswith("/*", err.pos_in_stream):
+        problem = "a /* comment is never closed"
+    elif isinstance(err, UnexpectedCharacters) and err.char in "'\"`":
+        what = "name" if err.char == "`" else "string"
+        problem = f"a {what} opened with {err.char} is never closed"
+    else:
+        problem = f"unexpected character `{err.char}`"
+    return _error(file, line, column, problem, _expected(accepted), hint)
+
+
+def parse(text: str, file: str) -> list[Statement]:
+    """Parses a pipeline SQL file; ``file`` only labels locations and errors."""
+    try:
+        return _Builder(text, file).transform(_PARSER.parse(text))
+    except UnexpectedInput as err:
+        raise _syntax_error(err, text, file) from None
+    except VisitError as err:
+        raise err.orig_exc from None
