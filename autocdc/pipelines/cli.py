@@ -40,9 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _work_in(spark: SparkSession, folder: Path) -> None:
+    """Make ``folder`` the working directory of the JVM's local file system, against which
+    Spark qualifies a relative path such as ``.json("data/changes")``. It is the folder
+    the JVM started in otherwise: not the project's under spark-submit or in a notebook."""
+    context = spark.sparkContext
+    hadoop = context._jvm.org.apache.hadoop  # type: ignore[union-attr]
+    local = hadoop.fs.FileSystem.getLocal(context._jsc.hadoopConfiguration())
+    local.setWorkingDirectory(hadoop.fs.Path(str(folder)))
+
+
 def resolve(spec: project.Project, spark: SparkSession) -> graph.Graph:
-    """Load the project's definitions and resolve them (the spec's database becomes the
-    session's current one, so unqualified names in queries find the pipeline's tables)."""
+    """Load the project's definitions and resolve them. The session takes the project's
+    context: relative paths are the project folder's, and the spec's database becomes the
+    current one (so unqualified names in queries find the pipeline's tables)."""
+    _work_in(spark, spec.root)
     if spec.database:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {spec.database}")
         spark.catalog.setCurrentDatabase(spec.database)

@@ -97,6 +97,9 @@ class Runner:
                 self._update(dataset, options)
         if options.continuous:
             self._keep_running(options)
+        for dataset in self.graph.order:  # temporary views live in the pipeline only
+            if dataset.kind == "temporary_view":
+                self.spark.catalog.dropTempView(dataset.name)
 
     def _update(self, dataset: Dataset, options: Options) -> None:
         target = self.qualify(dataset.name)

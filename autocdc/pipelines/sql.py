@@ -10,6 +10,7 @@ expression at COLUMNS.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -68,7 +69,8 @@ stored_as_scd_type: "STORED"i "AS"i "SCD"i "TYPE"i NUMBER
 
 name: _ident ("." _ident)*
 _ident: IDENT | QUOTED_IDENT
-// the insert target is followed by a query, which may start with a word like FROM
+// the insert target has rules of its own for the same reason as raw spans: after a shared
+// `name`, a query starting with FROM would lex as the FROM of AUTO CDC INTO t FROM s
 target: _target
 _target: IDENT | QUOTED_IDENT | _target "." IDENT | _target "." QUOTED_IDENT
 _columns: column ("," column)*
@@ -98,7 +100,7 @@ class _WholeWords:
 
     always_accept = ("IDENT",)
 
-    def process(self, stream: Any) -> Any:
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         return stream
 
 
@@ -114,22 +116,22 @@ class PipelineSqlSyntaxError(AutoCdcError):
 
 @dataclass(frozen=True)
 class Location:
-    file: str
-    line: int
-    column: int
+    file: str  # the path given to parse()
+    line: int  # 1-based line of the statement's first token
+    column: int  # 1-based
 
 
 @dataclass(frozen=True)
 class CreateDataset:
     kind: Literal["streaming_table", "materialized_view", "temporary_view"]
     name: str
-    query: str | None
-    schema: str | None
+    query: str | None  # text after AS (None: streaming table without AS)
+    schema: str | None  # column definitions text inside the parentheses, verbatim
     comment: str | None
-    properties: dict[str, str]
+    properties: dict[str, str]  # TBLPROPERTIES
     partition_cols: list[str] | None
     cluster_by: list[str] | None
-    format: str | None
+    format: str | None  # USING
     location: Location
 
 
@@ -144,17 +146,17 @@ class InsertFlow:
 
 @dataclass(frozen=True)
 class AutoCdcStatement:
-    name: str
+    name: str  # flow name (target when not given)
     target: str
     source: str
-    streaming: bool
+    streaming: bool  # STREAM(...) or STREAM name
     keys: list[str]
     sequence_by: str
     apply_as_deletes: str | None
     apply_as_truncates: str | None
     column_list: list[str] | None
     except_column_list: list[str] | None
-    stored_as_scd_type: int
+    stored_as_scd_type: int  # 1 unless STORED AS SCD TYPE 2
     track_history_column_list: list[str] | None
     track_history_except_column_list: list[str] | None
     ignore_null_updates: bool
@@ -201,7 +203,8 @@ _READABLE = {
     "NUMBER": "a number",
 }
 _RANK = {term: rank for rank, term in enumerate(_READABLE)}
-_EXPRESSION_PARTS = {"IDENT", "QUOTED_IDENT", "STRING", "NUMBER", "LPAR", "DOT", "COMMA", "EQUAL"}
+_EXPRESSION_PARTS = {"IDENT", "QUOTED_IDENT", "STRING", "NUMBER", "LPAR", "DOT", "COMMA"}
+_EXPRESSION_PARTS |= {"EQUAL", "STAR"}
 _CLAUSE_WORDS = {
     "comment": "COMMENT",
     "partition_cols": "PARTITIONED BY",
@@ -243,6 +246,11 @@ def _unquote(text: str) -> str:
         lambda m: _ESCAPES.get(m[1], m[1]) if m[1] is not None else quote,
         text[1:-1],
     )
+
+
+def _first(clauses: dict[str, list[Any]], key: str) -> str | None:
+    """A single-valued clause's value, None when the clause is absent."""
+    return str(clauses[key][0]) if key in clauses else None
 
 
 def _error(file: str, line: int, column: int, problem: str, expected: str, hint: str) -> Exception:
@@ -293,13 +301,13 @@ class _Builder(Transformer):
         return CreateDataset(
             kind=kind,
             name=name,
-            query=c["query"][0] if "query" in c else None,
-            schema=c["schema"][0] if "schema" in c else None,
-            comment=_unquote(c["comment"][0]) if "comment" in c else None,
+            query=_first(c, "query"),
+            schema=_first(c, "schema"),
+            comment=_first(c, "comment"),
             properties=dict(c.get("properties", [])),
             partition_cols=c.get("partition_cols"),
             cluster_by=c.get("cluster_by"),
-            format=str(c["format"][0]) if "format" in c else None,
+            format=_first(c, "format"),
             location=self._loc(meta),
         )
 
@@ -314,10 +322,7 @@ class _Builder(Transformer):
 
     def insert_flow(self, meta: Meta, children: list[Any]) -> InsertFlow:
         (name, target), c = self._split(children)
-        comment = _unquote(c["comment"][0]) if "comment" in c else None
-        return InsertFlow(
-            name, target, c["query"][0], comment, Location(self._file, meta.line, meta.column)
-        )
+        return InsertFlow(name, target, c["query"][0], _first(c, "comment"), self._loc(meta))
 
     def cdc_flow(self, meta: Meta, children: list[Any]) -> AutoCdcStatement:
         names, c = self._split(children)
@@ -341,8 +346,8 @@ class _Builder(Transformer):
             streaming=len(c["source"]) == 2,
             keys=c["keys"],
             sequence_by=c["sequence_by"][0],
-            apply_as_deletes=c["apply_as_deletes"][0] if "apply_as_deletes" in c else None,
-            apply_as_truncates=c["apply_as_truncates"][0] if "apply_as_truncates" in c else None,
+            apply_as_deletes=_first(c, "apply_as_deletes"),
+            apply_as_truncates=_first(c, "apply_as_truncates"),
             column_list=columns,
             except_column_list=except_columns,
             stored_as_scd_type=int(scd_type),
@@ -354,9 +359,7 @@ class _Builder(Transformer):
 
     def set_conf(self, meta: Meta, children: list[Any]) -> SetConf:
         key, value = children
-        return SetConf(
-            _unquote(key), _unquote(value.value[0]), Location(self._file, meta.line, meta.column)
-        )
+        return SetConf(_unquote(key), _unquote(value.value[0]), self._loc(meta))
 
     def name(self, meta: Meta, tokens: list[Token]) -> str:
         parts = (_ident(t) for t in tokens)
@@ -374,6 +377,9 @@ class _Builder(Transformer):
 
     def except_list(self, meta: Meta, columns: list[str]) -> tuple[list[str] | None, ...]:
         return None, columns
+
+    def comment(self, meta: Meta, children: list[Token]) -> _Clause:
+        return _Clause("comment", [_unquote(children[0])], meta)
 
     def prop(self, meta: Meta, children: list[str]) -> tuple[str, str]:
         return _unquote(children[0]), _unquote(children[-1])
@@ -393,7 +399,7 @@ class _Builder(Transformer):
 def _expected(accepted: set[str]) -> str:
     """Lark's acceptable terminals as words a SQL author knows."""
     if "OP" in accepted:
-        accepted -= _EXPRESSION_PARTS | {"STAR"}
+        accepted -= _EXPRESSION_PARTS
     if "IDENT" in accepted:
         accepted -= {"QUOTED_IDENT"}
 

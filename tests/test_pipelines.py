@@ -1,0 +1,279 @@
+"""Pipeline projects: spec + Python (pyspark's and autocdc's ``dp``) + SQL definitions,
+run several times with new change files in between, checked against the reference fold.
+
+Each test's project has its own database, so tests share the session but not tables.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
+from test_crash import ROOT
+
+from autocdc.pipelines import cli, errors, project, runner, scaffold
+
+FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
+A = [Change(1, 2, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1)), Change(3, 5, DELETE)]
+B = [Change(2, 3, UPSERT, ("b2", 2)), Change(3, 4, UPSERT, ("c-old", 0)), Change(1, 1, DELETE)]
+C = [Change(1, 6, DELETE), Change(4, 1, UPSERT, ("d1", None)), Change(2, 3, UPSERT, ("b2", 2))]
+
+PYSPARK_SCD1 = """
+from pyspark import pipelines as dp
+
+@dp.temporary_view
+def changes():
+    return spark.readStream.schema("{feed}").json("{data}")
+
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_flow(
+    target="latest", source="changes", keys=["id"], sequence_by="seq",
+    apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
+)
+"""
+SQL_SCD2 = """
+-- type 2 from the same feed, and a view over the type 1 table
+CREATE OR REFRESH STREAMING TABLE history;
+CREATE FLOW history_cdc AS AUTO CDC INTO history
+FROM STREAM(changes)
+KEYS (id)
+APPLY AS DELETE WHEN op = 'D'
+SEQUENCE BY seq
+COLUMNS * EXCEPT (op, seq)
+STORED AS SCD TYPE 2;
+CREATE MATERIALIZED VIEW live_keys AS SELECT count(*) AS n FROM latest;
+"""
+
+
+def write_project(root: Path, database: str, files: dict[str, str]) -> Path:
+    """A project folder with ``files`` under transformations/; returns the spec path."""
+    spec = root / "spark-pipeline.yml"
+    root.mkdir(parents=True, exist_ok=True)
+    spec.write_text(
+        f"name: {database}\nstorage: storage\ndatabase: {database}\n"
+        "libraries:\n  - glob:\n      include: transformations/**\n"
+    )
+    for name, text in files.items():
+        path = root / "transformations" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).format(feed=FEED, data=root / "data", db=database))
+    return spec
+
+
+def drop(root: Path, name: str, changes: list[Change]) -> None:
+    """A change file in the project's drop folder, picked up by the next run."""
+    (root / "data").mkdir(exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "id": c.key,
+                "a": (c.values or (None, None))[0],
+                "b": (c.values or (None, None))[1],
+                "op": c.op,
+                "seq": c.seq,
+            }
+        )
+        for c in changes
+    ]
+    (root / "data" / f"{name}.json").write_text("\n".join(lines) + "\n")
+
+
+def run(spark, spec: Path, **options) -> list[str]:
+    """``autocdc run`` in this session; returns the datasets in run order."""
+    loaded = project.load(spec)
+    try:
+        resolved = cli.resolve(loaded, spark)
+        runner.Runner(spark, loaded, resolved).run(runner.Options(**options))
+        return [d.name for d in resolved.order]
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+
+
+def scd1_rows(spark, table: str) -> dict:
+    return {r.id: (r.a, r.b) for r in spark.table(table).collect()}
+
+
+def scd2_rows(spark, table: str) -> set:
+    rows = spark.table(table).collect()
+    return {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in rows}
+
+
+@pytest.fixture
+def database(new_table) -> str:
+    return new_table("pipe")
+
+
+def test_python_and_sql_flows_over_several_runs(spark, tmp_path, database):
+    """pyspark's own dp (SCD1) and SQL (SCD2, a materialized view), new files between
+    runs: each target is the reference fold of every file so far."""
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2})
+    drop(tmp_path, "1", A)
+    order = run(spark, spec)
+    assert order.index("changes") < order.index("latest") < order.index("live_keys")
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A)
+
+    drop(tmp_path, "2", B)
+    drop(tmp_path, "3", C)
+    run(spark, spec)
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B + C)
+    assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
+    assert spark.table(f"{database}.live_keys").first().n == len(fold_scd1(A + B + C))
+
+    run(spark, spec)  # nothing new: nothing changes
+    assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
+
+
+AUTOCDC_CDF = """
+from autocdc import pipelines as dp
+
+@dp.temporary_view
+def source_changes():
+    return spark.readStream.option("readChangeFeed", "true").table("{db}.source")
+
+dp.create_streaming_table("mirror")
+dp.create_auto_cdc_flow(
+    target="mirror", source="source_changes", keys=["id"], sequence_by="_commit_version",
+    apply_as_deletes="_change_type = 'delete'",
+    except_column_list=["_change_type", "_commit_version", "_commit_timestamp"],
+    stored_as_scd_type=2, track_history_except_column_list=["b"],
+)
+"""
+
+
+def test_change_data_feed_source_with_autocdc_dp(spark, tmp_path, database):
+    """A Delta table's change data feed mirrored as SCD2 (autocdc's dp): pre-images are
+    skipped, so the open versions equal the source table after every run."""
+    source = f"{database}.source"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    spark.sql(
+        f"CREATE TABLE {source} (id INT, a STRING, b INT) USING delta "
+        f"LOCATION '{tmp_path / 'source'}' TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
+    spark.sql(f"INSERT INTO {source} VALUES (1, 'x', 1), (2, 'y', 2), (3, 'z', 3)")
+    spark.sql(f"UPDATE {source} SET a = 'x2' WHERE id = 1")
+    spec = write_project(tmp_path / "project", database, {"mirror.py": AUTOCDC_CDF})
+
+    def open_versions() -> set:
+        rows = spark.table(f"{database}.mirror").where("__END_AT IS NULL").collect()
+        return {(r.id, r.a, r.b) for r in rows}
+
+    run(spark, spec)
+    assert open_versions() == {tuple(r) for r in spark.table(source).collect()}
+    spark.sql(f"DELETE FROM {source} WHERE id = 2")
+    spark.sql(f"UPDATE {source} SET b = 30 WHERE id = 3")  # untracked: no new version
+    spark.sql(f"INSERT INTO {source} VALUES (4, 'w', 4)")
+    run(spark, spec)
+    assert open_versions() == {tuple(r) for r in spark.table(source).collect()}
+    versions = spark.table(f"{database}.mirror").where("id = 3").count()
+    assert versions == 1
+
+
+def test_full_refresh_reprocesses_from_the_sources(spark, tmp_path, database):
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1})
+    drop(tmp_path, "1", A + B)
+    run(spark, spec)
+    (tmp_path / "data" / "1.json").unlink()
+    drop(tmp_path, "2", C)
+    run(spark, spec, full_refresh={"latest"})
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(C)
+    with pytest.raises(errors.UnknownDatasetError):
+        run(spark, spec, refresh={"nope"})
+
+
+BAD = {
+    "cycle": (
+        errors.CycleError,
+        {
+            "views.sql": "CREATE MATERIALIZED VIEW a AS SELECT * FROM b;\n"
+            "CREATE MATERIALIZED VIEW b AS SELECT * FROM a;"
+        },
+    ),
+    "undefined_target": (
+        errors.UndefinedTargetError,
+        {
+            "flow.py": """
+            from pyspark import pipelines as dp
+            @dp.append_flow(target="nowhere")
+            def f():
+                return spark.readStream.schema("{feed}").json("{data}")
+            """
+        },
+    ),
+    "duplicate_dataset": (
+        errors.DuplicateDatasetError,
+        {
+            "one.sql": "CREATE MATERIALIZED VIEW v AS SELECT 1 AS x;",
+            "two.sql": "CREATE MATERIALIZED VIEW v AS SELECT 2 AS x;",
+        },
+    ),
+    "cdc_into_a_view": (
+        errors.NotAStreamingTableError,
+        {
+            "cdc.sql": "CREATE MATERIALIZED VIEW v AS SELECT 1 AS id, 1 AS seq;\n"
+            "CREATE FLOW f AS AUTO CDC INTO v FROM v KEYS (id) SEQUENCE BY seq;"
+        },
+    ),
+    "unknown_key": (
+        errors.FlowAnalysisError,
+        {
+            "feed.py": PYSPARK_SCD1,
+            "cdc.sql": "CREATE STREAMING TABLE t;\n"
+            "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM(changes) KEYS (idd) SEQUENCE BY seq;",
+        },
+    ),
+    "scd2_of_pyspark_dp": (
+        errors.PipelineDefinitionError,
+        {
+            "cdc.py": """
+            from pyspark import pipelines as dp
+            dp.create_streaming_table("t")
+            dp.create_auto_cdc_flow(target="t", source="s", keys=["id"], sequence_by="seq",
+                                    stored_as_scd_type=2)
+            """
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_definitions_are_refused_before_anything_runs(spark, tmp_path, database, case):
+    error_class, files = BAD[case]
+    drop(tmp_path, "1", A)
+    spec = write_project(tmp_path, database, files)
+    with pytest.raises(error_class) as raised:
+        run(spark, spec)
+    if case == "unknown_key":
+        assert "AUTOCDC_UNKNOWN_COLUMN" in str(raised.value)
+    if case == "scd2_of_pyspark_dp":
+        assert raised.value.params["where"].endswith("cdc.py:4")
+    assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
+    assert not (tmp_path / "storage").exists()
+
+
+def test_cli_exits_2_on_a_bad_spec_without_starting_spark(tmp_path):
+    (tmp_path / "spark-pipeline.yml").write_text("name: x\nstorage: s\nlibraris: []\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "autocdc", "run", "--spec", str(tmp_path / "spark-pipeline.yml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "AUTOCDC_PIPELINE_SPEC_INVALID" in done.stderr and "libraris" in done.stderr
+
+
+def test_init_sample_runs_at_once(spark, tmp_path, monkeypatch):
+    root = scaffold.create(tmp_path / "sample")
+    monkeypatch.chdir(root)
+    assert run(spark, root / "spark-pipeline.yml")[0] == "customer_changes"
+    assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == {
+        (1, "Alice", "Lyon"),
+        (3, "Carol", "Rome"),
+    }
+    assert spark.table("customers_history").count() == 4
