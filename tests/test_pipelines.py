@@ -50,13 +50,17 @@ CREATE MATERIALIZED VIEW live_keys AS SELECT count(*) AS n FROM latest;
 """
 
 
-def write_project(root: Path, database: str, files: dict[str, str]) -> Path:
+def write_project(
+    root: Path, database: str, files: dict[str, str], configuration: dict[str, str] | None = None
+) -> Path:
     """A project folder with ``files`` under transformations/; returns the spec path."""
     spec = root / "spark-pipeline.yml"
     root.mkdir(parents=True, exist_ok=True)
+    settings = "".join(f"  {k}: '{v}'\n" for k, v in (configuration or {}).items())
     spec.write_text(
         f"name: {database}\nstorage: storage\ndatabase: {database}\n"
-        "libraries:\n  - glob:\n      include: transformations/**\n"
+        + (f"configuration:\n{settings}" if settings else "")
+        + "libraries:\n  - glob:\n      include: transformations/**\n"
     )
     for name, text in files.items():
         path = root / "transformations" / name
