@@ -281,3 +281,17 @@ def test_init_sample_runs_at_once(spark, tmp_path, monkeypatch):
         (3, "Carol", "Rome"),
     }
     assert spark.table("customers_history").count() == 4
+
+
+def test_dry_run_resolves_and_writes_nothing(spark, tmp_path, database, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the CLI moves into the project folder
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2})
+    drop(tmp_path, "1", A)
+    try:
+        assert cli.main(["dry-run", "--spec", str(spec)]) == 0
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+    out = capsys.readouterr().out
+    assert "4 datasets (changes, " in out and "nothing written" in out
+    assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
+    assert not (tmp_path / "storage").exists()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from delta import configure_spark_with_delta_pip
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from autocdc.engine import tables
@@ -25,6 +25,8 @@ _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
+
+_WAREHOUSE = "spark.sql.warehouse.dir"
 
 
 def _conf_dir() -> Path | None:
@@ -55,7 +57,7 @@ def spark_session(
 
     Delta's jars come from Maven Central through delta-spark's pip helper and are cached
     by ivy after the first run. ``warehouse`` defaults to ``./warehouse``. Settings in
-    ``conf`` win over the file's.
+    ``conf`` win over the file's, and ``warehouse`` over ``conf``'s.
 
     Under ``spark-submit`` the launcher's settings win over the file's, and Delta's jars
     must come from ``--packages io.delta:delta-spark_4.2_2.13:4.4.0``.
@@ -70,11 +72,18 @@ def spark_session(
         settings.update(read_conf_file(conf_dir / "spark-defaults.conf"))
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
     if submitted:  # its settings (master, memory, --packages) win over the file's
+        # SparkConf reads them from the launcher's JVM, and is empty until Python is
+        # connected to it: connect first (no context is created).
+        SparkContext._ensure_initialized()
         launcher = SparkConf()
         settings = {k: v for k, v in settings.items() if not launcher.contains(k)}
     settings.update(_DELTA_CONF)
-    settings["spark.sql.warehouse.dir"] = str(Path(warehouse or "warehouse").resolve())
     settings.update(conf or {})
+    # `warehouse` wins over `conf`'s: a pipeline spec's configuration holds the warehouse
+    # relative to the spec's folder (the runner passes it resolved as `warehouse`), which
+    # Spark would take relative to the folder the JVM started in (spark-submit's).
+    if warehouse is not None or _WAREHOUSE not in (conf or {}):
+        settings[_WAREHOUSE] = str(Path(warehouse or "warehouse").resolve())
 
     builder = SparkSession.builder.appName(settings.pop("spark.app.name", "autocdc"))
     for key, value in settings.items():

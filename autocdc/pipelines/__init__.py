@@ -22,7 +22,7 @@ from pyspark.pipelines.graph_element_registry import get_active_graph_element_re
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
 from pyspark.sql import SparkSession
 
-from autocdc.engine.flow import AutoCdcFlow
+from autocdc import AutoCdcFlow
 
 __all__ = [
     "append_flow",
@@ -70,7 +70,7 @@ def run(
     """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
     return the datasets in the order they ran."""
-    from autocdc.engine.session import spark_session
+    from autocdc import spark_session
     from autocdc.pipelines import cli, project, runner
 
     loaded = project.load(Path(spec))

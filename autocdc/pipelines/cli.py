@@ -13,8 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.session import spark_session
+from autocdc import AutoCdcError, spark_session
 from autocdc.pipelines import graph, project, registry, runner, scaffold
 
 

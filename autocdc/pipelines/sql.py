@@ -18,7 +18,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
-from autocdc.engine.errors import AutoCdcError
+from autocdc import AutoCdcError
 
 _QUOTED_IDENT = r"`(?:[^`]|``)*`"
 _STRING = r"""'(?:[^'\\]|\\[\s\S]|'')*'|"(?:[^"\\]|\\[\s\S]|"")*\""""
