@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +22,14 @@ def _names(value: str) -> set[str]:
     return {name.strip() for name in value.split(",") if name.strip()}
 
 
+def _seconds(interval: str) -> float:
+    """``"10 seconds"``, ``10s``, ``1 minute``, ``2m``, ``1h`` -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)[a-z]*\s*", interval.lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{interval!r} is not an interval such as 10s or 1m")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autocdc", description="Run declarative CDC pipelines.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -32,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--full-refresh-all", action="store_true")
     run.add_argument("--refresh", type=_names, metavar="A,B")
     run.add_argument("--continuous", action="store_true", help="keep running until Ctrl-C")
-    run.add_argument("--trigger-interval", default="10 seconds")
+    run.add_argument(
+        "--trigger-interval", type=_seconds, default=10.0, help='e.g. "10 seconds", 5s, 1m'
+    )
     init = commands.add_parser("init", help="create a sample project")
     init.add_argument("--name", required=True)
     commands.add_parser("launcher", help="print the script to give spark-submit")
@@ -85,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             full_refresh_all=args.full_refresh_all,
             refresh=args.refresh,
             continuous=args.continuous,
-            trigger_interval=args.trigger_interval,
+            trigger_seconds=args.trigger_interval,
         )
         runner.Runner(spark, spec, resolved).run(options)
     except AutoCdcError as error:

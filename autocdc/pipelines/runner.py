@@ -40,7 +40,7 @@ class Options:
     full_refresh_all: bool = False
     refresh: set[str] | None = None  # None: every dataset
     continuous: bool = False
-    trigger_interval: str = "10 seconds"
+    trigger_seconds: float = 10.0
 
 
 def qualifier(database: str | None) -> Callable[[str], str]:
@@ -141,7 +141,7 @@ class Runner:
                     writer = writer.partitionBy(*dataset.partition_cols)
             writer = writer.option("checkpointLocation", str(checkpoint)).queryName(flow.name)
             if options.continuous:
-                writer = writer.trigger(processingTime=options.trigger_interval)
+                writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
             else:
                 writer = writer.trigger(availableNow=True)
             if isinstance(flow, CdcFlow):
@@ -188,8 +188,8 @@ class Runner:
         stop: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda number, _frame: stop.append(number))
-        interval = _seconds(options.trigger_interval)
-        say(f"running continuously (every {options.trigger_interval}); Ctrl-C stops")
+        interval = options.trigger_seconds
+        say(f"running continuously (every {interval:g} s); Ctrl-C stops")
         while not stop:
             deadline = time.monotonic() + interval
             while not stop and time.monotonic() < deadline:
@@ -203,12 +203,3 @@ class Runner:
         for query in self.queries:
             query.stop()
         say("stopped")
-
-
-def _seconds(interval: str) -> float:
-    number, _, unit = interval.strip().partition(" ")
-    if not unit:
-        digits = number.rstrip("smh")
-        unit, number = number[len(digits) :] or "s", digits
-    factor = {"s": 1, "m": 60, "h": 3600}[unit.strip()[0].lower()]
-    return float(number) * factor
