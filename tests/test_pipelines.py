@@ -91,8 +91,9 @@ def run(spark, spec: Path, **options) -> list[str]:
     """``autocdc run`` in this session; returns the datasets in run order."""
     loaded = project.load(spec)
     try:
-        resolved = cli.resolve(loaded, spark)
-        runner.Runner(spark, loaded, resolved).run(runner.Options(**options))
+        settings = runner.Options(**options)
+        resolved = cli.resolve(loaded, spark, settings)
+        runner.Runner(spark, loaded, resolved).run(settings)
         return [d.name for d in resolved.order]
     finally:
         spark.catalog.setCurrentDatabase("default")
@@ -178,13 +179,22 @@ def test_change_data_feed_source_with_autocdc_dp(spark, tmp_path, database):
 
 
 def test_full_refresh_reprocesses_from_the_sources(spark, tmp_path, database):
+    """A changed definition is refused until a full refresh of its target, which then
+    reprocesses what the source holds now."""
     spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1})
     drop(tmp_path, "1", A + B)
     run(spark, spec)
     (tmp_path / "data" / "1.json").unlink()
     drop(tmp_path, "2", C)
+    feed = tmp_path / "transformations" / "feed.py"
+    scd2 = feed.read_text().replace("from pyspark import", "from autocdc import")
+    feed.write_text(
+        scd2.replace("except_column_list=", "stored_as_scd_type=2, except_column_list=")
+    )
+    with pytest.raises(errors.FlowAnalysisError, match="AUTOCDC_DEFINITION_CHANGED"):
+        run(spark, spec)
     run(spark, spec, full_refresh={"latest"})
-    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(C)
+    assert scd2_rows(spark, f"{database}.latest") == fold_scd2(C)
     with pytest.raises(errors.UnknownDatasetError):
         run(spark, spec, refresh={"nope"})
 

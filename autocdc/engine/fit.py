@@ -87,10 +87,14 @@ def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
     }
 
 
-def fit(spark: SparkSession, spec: FlowSpec, df: DataFrame, state_table: str) -> Fit:
-    """Check the batch against the spec and the stored tables; raise before any write."""
+def fit(
+    spark: SparkSession, spec: FlowSpec, df: DataFrame, state_table: str, fresh: bool = False
+) -> Fit:
+    """Check the batch against the spec and the stored tables (or, ``fresh``, as for a new
+    target); raise before any write."""
     sequence = nullable(sequence_type(df, spec))
-    stored = st.Layout.of_table(spark, state_table) if tables.exists(spark, state_table) else None
+    found = not fresh and tables.exists(spark, state_table)
+    stored = st.Layout.of_table(spark, state_table) if found else None
     declared = definition(spec, sequence)
     if stored is not None:
         had = st.stored_definition(spark, state_table)

@@ -82,11 +82,12 @@ class AutoCdcFlow(FlowSpec):
             tables.evolve(spark, self.target, target_fields, before=START_AT)
             tables.evolve(spark, self.state_table, fitted.layout.schema().fields, before=None)
 
-    def check(self, df: DataFrame) -> None:
+    def check(self, df: DataFrame, fresh: bool = False) -> None:
         """Raise what ``apply`` would raise for a batch of ``df``'s schema, writing nothing:
-        a runner validates a whole pipeline (a streaming source included) before it runs."""
+        a runner validates a whole pipeline (a streaming source included) before it runs.
+        ``fresh`` checks as for a new target (one a full refresh is about to drop)."""
         stage.check_deterministic(df, self)
-        fit.fit(df.sparkSession, self, df, self.state_table)
+        fit.fit(df.sparkSession, self, df, self.state_table, fresh)
 
     def apply(self, df: DataFrame) -> BatchMetrics:
         """Apply one micro-batch of changes; safe to repeat after a crash.

@@ -75,11 +75,11 @@ def run(
 
     loaded = project.load(Path(spec))
     spark = spark or spark_session(warehouse=loaded.warehouse, conf=loaded.configuration)
-    resolved = cli.resolve(loaded, spark)
     options = runner.Options(
         full_refresh=set(full_refresh or []),
         full_refresh_all=full_refresh_all,
         refresh=None if refresh is None else set(refresh),
     )
+    resolved = cli.resolve(loaded, spark, options)
     runner.Runner(spark, loaded, resolved).run(options)
     return [d.name for d in resolved.order]

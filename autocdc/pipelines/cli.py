@@ -60,15 +60,20 @@ def _work_in(spark: SparkSession, folder: Path) -> None:
     local.setWorkingDirectory(hadoop.fs.Path(str(folder)))
 
 
-def resolve(spec: project.Project, spark: SparkSession) -> graph.Graph:
-    """Load the project's definitions and resolve them. The session takes the project's
-    context: relative paths are the project folder's, and the spec's database becomes the
-    current one (so unqualified names in queries find the pipeline's tables)."""
+def resolve(
+    spec: project.Project, spark: SparkSession, options: runner.Options | None = None
+) -> graph.Graph:
+    """Load the project's definitions and resolve them (what ``options`` fully refreshes
+    is checked as new). The session takes the project's context: relative paths are the
+    project folder's, and the spec's database becomes the current one (so unqualified
+    names in queries find the pipeline's tables)."""
     _work_in(spark, spec.root)
     if spec.database:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {spec.database}")
         spark.catalog.setCurrentDatabase(spec.database)
-    return graph.resolve(registry.load(spec, spark), spark, runner.qualifier(spec.database))
+    loaded = registry.load(spec, spark)
+    fresh = (options or runner.Options()).resets
+    return graph.resolve(loaded, spark, runner.qualifier(spec.database), fresh)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,19 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         spec = project.load(args.spec or project.find_spec(Path.cwd()))
         os.chdir(spec.root)  # relative paths in the definitions are the project's
         spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
-        resolved = resolve(spec, spark)
+        options = runner.Options(
+            full_refresh=getattr(args, "full_refresh", set()),
+            full_refresh_all=getattr(args, "full_refresh_all", False),
+            refresh=getattr(args, "refresh", None),
+            continuous=getattr(args, "continuous", False),
+            trigger_seconds=getattr(args, "trigger_interval", 10.0),
+        )
+        resolved = resolve(spec, spark, options)
         order = ", ".join(d.name for d in resolved.order)
         runner.say(f"pipeline {spec.name}: {len(resolved.order)} datasets ({order})")
         if args.command == "dry-run":
             runner.say("dry run: every definition resolved, nothing written")
             return 0
-        options = runner.Options(
-            full_refresh=args.full_refresh,
-            full_refresh_all=args.full_refresh_all,
-            refresh=args.refresh,
-            continuous=args.continuous,
-            trigger_seconds=args.trigger_interval,
-        )
         runner.Runner(spark, spec, resolved).run(options)
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)

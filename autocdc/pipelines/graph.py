@@ -142,11 +142,14 @@ def _not_found(error: AnalysisException) -> str | None:
     return _last(error.getMessageParameters().get("relationName", ""))
 
 
-def build(flow: Flow, dataset: Dataset, spark: SparkSession, target: str) -> DataFrame:
-    """The DataFrame of one flow (checked against the engine for a CDC flow)."""
+def build(
+    flow: Flow, dataset: Dataset, spark: SparkSession, target: str, fresh: bool = False
+) -> DataFrame:
+    """The DataFrame of one flow (checked by the engine for a CDC flow: against its stored
+    tables, or as a new target when ``fresh``)."""
     if isinstance(flow, CdcFlow):
         df = source_frame(spark, flow)
-        engine_flow(flow, target).check(df)
+        engine_flow(flow, target).check(df, fresh)
         return df
     df = flow.query()
     if dataset.kind == "streaming_table" and not df.isStreaming:
@@ -154,8 +157,14 @@ def build(flow: Flow, dataset: Dataset, spark: SparkSession, target: str) -> Dat
     return df
 
 
-def resolve(registry: Registry, spark: SparkSession, qualify: Callable[[str], str]) -> Graph:
-    """Check every flow and order the datasets; raise the first problem found."""
+def resolve(
+    registry: Registry,
+    spark: SparkSession,
+    qualify: Callable[[str], str],
+    fresh: Callable[[str], bool] = lambda name: False,
+) -> Graph:
+    """Check every flow and order the datasets; raise the first problem found. Datasets
+    for which ``fresh`` holds are checked as new (a full refresh will drop them)."""
     flows = _check_targets(registry)
     names = {_last(n): n for n in registry.datasets}
     waiting = dict(registry.datasets)
@@ -168,7 +177,10 @@ def resolve(registry: Registry, spark: SparkSession, qualify: Callable[[str], st
             for name, dataset in list(waiting.items()):
                 try:
                     with recording_reads(spark) as read:
-                        frames = [(f, build(f, dataset, spark, qualify(name))) for f in flows[name]]
+                        frames = [
+                            (f, build(f, dataset, spark, qualify(name), fresh(name)))
+                            for f in flows[name]
+                        ]
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = next(f for f in flows[name])

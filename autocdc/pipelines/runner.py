@@ -42,6 +42,10 @@ class Options:
     continuous: bool = False
     trigger_seconds: float = 10.0
 
+    def resets(self, name: str) -> bool:
+        """Whether dataset ``name`` is dropped by a full refresh before it runs."""
+        return self.full_refresh_all or name in self.full_refresh
+
 
 def qualifier(database: str | None) -> Callable[[str], str]:
     """Dataset name -> table name: unqualified names live in the spec's database."""
@@ -82,7 +86,7 @@ class Runner:
         unknown = (options.full_refresh | (options.refresh or set())) - set(names)
         if unknown:
             raise UnknownDatasetError(names=sorted(unknown), known=names)
-        resetting = set(names) if options.full_refresh_all else options.full_refresh
+        resetting = {name for name in names if options.resets(name)}
         selected = set(names) if options.refresh is None else options.refresh | resetting
         for dataset in self.graph.order:
             if dataset.name in resetting:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autocdc.pipelines.errors import PipelineDefinitionError
+
 FILES = {
     "spark-pipeline.yml": """\
 name: {name}
@@ -65,7 +67,9 @@ STORED AS SCD TYPE 2;
 def create(root: Path) -> Path:
     """Write the sample under ``root`` (which must not exist yet); return its path."""
     if root.exists():
-        raise FileExistsError(f"{root} exists already: pick a new --name")
+        raise PipelineDefinitionError(
+            where=str(root), problem="the folder exists already", hint="Pick a new --name."
+        )
     for relative, text in FILES.items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
