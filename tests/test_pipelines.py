@@ -269,6 +269,20 @@ def test_bad_definitions_are_refused_before_anything_runs(spark, tmp_path, datab
     assert not (tmp_path / "storage").exists()
 
 
+@pytest.mark.parametrize("case", ["cycle", "bad_glob", "sql_syntax"])
+def test_cli_exits_2_and_writes_nothing(spark, tmp_path, database, monkeypatch, case):
+    monkeypatch.chdir(tmp_path)
+    files = {"sql_syntax": {"t.sql": "CREATE STREAMING TABEL t;"}}.get(case, BAD["cycle"][1])
+    spec = write_project(tmp_path, database, files)
+    if case == "bad_glob":
+        spec.write_text(spec.read_text().replace("transformations/**", "transformations/*.py"))
+    try:
+        assert cli.main(["run", "--spec", str(spec)]) == 2
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+    assert not (tmp_path / "storage").exists()
+
+
 def test_cli_exits_2_on_a_bad_spec_without_starting_spark(tmp_path):
     (tmp_path / "spark-pipeline.yml").write_text("name: x\nstorage: s\nlibraris: []\n")
     done = subprocess.run(

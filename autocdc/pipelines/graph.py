@@ -183,7 +183,7 @@ def resolve(
                         ]
                 except AnalysisException as error:
                     missing = _not_found(error)
-                    current = next(f for f in flows[name])
+                    current = flows[name][0]
                     if missing in names and names[missing] in waiting and missing != _last(name):
                         blocked[name] = (names[missing], current)
                         continue
@@ -197,7 +197,8 @@ def resolve(
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
-                    current = next(f for f in flows[name] if isinstance(f, CdcFlow))
+                    cdc = [f for f in flows[name] if isinstance(f, CdcFlow)]
+                    current = (cdc or flows[name])[0]
                     raise FlowAnalysisError(
                         where=current.where, flow=current.name, problem=str(error)
                     ) from error
