@@ -13,7 +13,7 @@ import autocdc
 # AUTOCDC_HYPOTHESIS=dev explores more, and shrinks.
 settings.register_profile(
     "ci",
-    max_examples=3,
+    max_examples=2,
     deadline=None,
     derandomize=True,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],

@@ -28,7 +28,13 @@ from autocdc.engine.stage import OP, REASON, SEQ, TRUNCATE, col
 
 CRASH_ENV = "AUTOCDC_TEST_CRASH_AT"
 GC_INTERVAL_SECONDS = 3600.0
-MAX_ATTEMPTS = 5  # of one batch against writers that keep committing meanwhile
+MAX_ATTEMPTS = 8  # of one batch against writers that keep committing meanwhile
+
+
+def _wait_after_losing(since: float) -> None:
+    """Wait about as long as the lost attempt took (with jitter): a writer that keeps
+    losing to a faster one gets a window, and two that retry together drift apart."""
+    time.sleep(random.uniform(0.5, 1.5) * (time.perf_counter() - since))
 
 
 def _crash_point(name: str) -> None:
@@ -98,12 +104,13 @@ class AutoCdcFlow(FlowSpec):
         started = time.perf_counter()
         spark = df.sparkSession
         stage.check_deterministic(df, self)
-        for attempt in range(MAX_ATTEMPTS):
+        for _ in range(MAX_ATTEMPTS):
+            attempt = time.perf_counter()
             try:
                 return self._apply_once(spark, df, started)
             except tables.RETRYABLE:
                 self._synced = None  # re-read from the state the winner committed
-                time.sleep(random.uniform(0.5, 1.5) * (attempt + 1))
+                _wait_after_losing(attempt)
         raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 
     def _apply_once(self, spark: SparkSession, df: DataFrame, started: float) -> BatchMetrics:
@@ -373,11 +380,12 @@ class AutoCdcFlow(FlowSpec):
         if self.stored_as_scd_type == 2 or not tables.exists(spark, self.state_table):
             return 0
         layout = st.Layout.of_table(spark, self.state_table)
-        for attempt in range(MAX_ATTEMPTS):
+        for _ in range(MAX_ATTEMPTS):
+            attempt = time.perf_counter()
             try:
                 return self._collect(spark, layout)
             except tables.RETRYABLE:
-                time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
+                _wait_after_losing(attempt)
         raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 
     def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
