@@ -18,11 +18,11 @@ demo: setup
 	$(PY) -m autocdc run --spec pipelines/spark-pipeline.yml --full-refresh-all
 	$(PY) pipelines/check.py
 
-# Three pytest workers, each with its own Spark session: Spark spends much of a test waiting
-# on the Delta log and on subprocesses, so three share the 2 cores well.
+# Two pytest workers, each with its own Spark session: Spark spends much of a test waiting
+# on the Delta log and on subprocesses, so two share the 2 cores well.
 test: setup
 	$(PY) -m ruff check $(SOURCES)
-	$(PY) -m pytest -n 3 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile
 
 lint: setup
 	$(PY) -m ruff check $(SOURCES)
