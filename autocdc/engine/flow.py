@@ -225,7 +225,13 @@ class AutoCdcFlow(FlowSpec):
         tables.guarded_write(spark, self.state_table, rows, "append", self._app_id, batch_id)
         _crash_point("after_state_commit")
 
-        sync.sync_scd1(spark, self.target, self.state_table, layout, after_batch=synced)
+        # Nothing pending from an earlier batch: this batch's new rows are all that changed.
+        changed = (
+            new_state
+            if synced == meta.batch
+            else sync.pending(spark, self.state_table, layout, after_batch=synced)
+        )
+        sync.sync_scd1(spark, self.target, layout, changed)
         self._synced = batch_id
         _crash_point("after_target_commit")
 
@@ -258,7 +264,9 @@ class AutoCdcFlow(FlowSpec):
         ).first()
         events = scd2.event_rows(staged.changes, layout, batch_id).localCheckpoint()
         logged = tables.read(spark, self.state_table).where(col(st.KIND) == scd2.EVENT_ROW)
-        logged = logged.join(events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi")
+        logged = logged.join(
+            events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
+        ).localCheckpoint()
         fields = {f.name: f.dataType for f in layout.schema().fields}
         same = [
             st.comparable(c, fields[c], col(c, "n")).eqNullSafe(
@@ -305,15 +313,15 @@ class AutoCdcFlow(FlowSpec):
         rows = new_events.unionByName(new_meta)
         tables.guarded_write(spark, self.state_table, rows, "append", self._app_id, batch_id)
         _crash_point("after_state_commit")
-        scd2.sync(
-            spark,
-            self.target,
-            self.state_table,
-            layout,
-            tracked,
-            self.ignore_null_updates,
-            after_batch=synced,
+        # Nothing pending from an earlier batch: the touched keys' log is in hand.
+        log = (
+            logged.join(
+                new_events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
+            ).unionByName(new_events)
+            if synced == meta.batch
+            else scd2.pending_log(spark, self.state_table, keys, after_batch=synced)
         )
+        scd2.sync(spark, self.target, layout, tracked, self.ignore_null_updates, log)
         self._synced = batch_id
         _crash_point("after_target_commit")
         return self._metrics(batch_id, counts, stats, ns, quarantined, 0, 0, started)

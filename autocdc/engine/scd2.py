@@ -124,24 +124,31 @@ def history(
     )
 
 
+def pending_log(
+    spark: SparkSession, state_table: str, keys: list[str], after_batch: int
+) -> DataFrame:
+    """The whole log of every key logged after batch ``after_batch``."""
+    log = tables.read(spark, state_table).where(col(st.KIND) == EVENT_ROW)
+    touched = log.where(col(st.BATCH) > after_batch).select(*[col(k) for k in keys]).distinct()
+    return log.join(touched, keys, "left_semi")
+
+
 def sync(
     spark: SparkSession,
     target: str,
-    state_table: str,
     layout: st.Layout,
     tracked: list[str],
     ignore_null_updates: bool,
-    after_batch: int,
+    log: DataFrame,
 ) -> None:
-    """Recompute the history of every key logged after ``after_batch``; one MERGE.
+    """Recompute the history of every key in ``log`` (each key's whole log); one MERGE.
 
-    Idempotent: it depends only on the committed log, so a crash before it is repaired
-    by the next apply.
+    Idempotent: it depends only on the log, so a crash before it is repaired by the next
+    apply (which passes :func:`pending_log`).
     """
     keys, values = layout.key_names, layout.value_names
-    log = tables.read(spark, state_table).where(col(st.KIND) == EVENT_ROW)
-    touched = log.where(col(st.BATCH) > after_batch).select(*[col(k) for k in keys]).distinct()
-    fresh = history(log.join(touched, keys, "left_semi"), layout, tracked, ignore_null_updates)
+    touched = log.select(*[col(k) for k in keys]).distinct()
+    fresh = history(log, layout, tracked, ignore_null_updates)
     stale = (
         tables.read(spark, target)
         .join(touched, keys, "left_semi")

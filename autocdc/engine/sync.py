@@ -1,27 +1,33 @@
 """Bring the target up to date with the state table: one MERGE per batch.
 
-The target is a projection of the live state rows, so syncing is idempotent: it reads
-the *committed* state rows written after the last batch known to be synced and makes
-each key's target row match (insert, update only if different, or delete). After a
-crash between the state commit and this one, the next ``apply`` (any batch, not only a
-replay) finds those rows by their batch id and syncs them again.
+The target is a projection of the live state rows, so syncing is idempotent: it makes
+each changed key's target row match its state row (insert, update only if different,
+or delete). Normally the changed rows are the batch's own new state rows, still in
+memory; after a crash between the state commit and this one, the next ``apply`` (any
+batch, not only a replay) reads the *committed* state rows written after the last batch
+known to be synced, by their batch id, and syncs them too.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from autocdc.engine import state as st
 from autocdc.engine import tables
 from autocdc.engine.stage import col
 
 
-def sync_scd1(
-    spark: SparkSession, target: str, state_table: str, layout: st.Layout, after_batch: int
-) -> None:
+def pending(
+    spark: SparkSession, state_table: str, layout: st.Layout, after_batch: int
+) -> DataFrame:
+    """Each key's newest state row committed after batch ``after_batch``."""
+    rows = st.state_rows(spark, state_table).where(col(st.BATCH) > after_batch)
+    return st.current(rows, layout.key_names)
+
+
+def sync_scd1(spark: SparkSession, target: str, layout: st.Layout, changed: DataFrame) -> None:
+    """MERGE ``changed`` (state rows, at most one per key) into the target."""
     keys, values = layout.key_names, layout.value_names
-    # Rows of every batch since the last sync; after a crash, a key may have several.
-    changed = st.current(st.state_rows(spark, state_table).where(col(st.BATCH) > after_batch), keys)
     source = changed.select(*[col(c) for c in [*keys, *values, st.LIVE]])
     q = tables.ident
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
