@@ -154,7 +154,7 @@ class AutoCdcFlow(FlowSpec):
             F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias(
                 scd1.NEW_TRUNC
             ),
-        ).localCheckpoint()
+        )  # over the cached batch: cheaper to recompute where used than to checkpoint
         counts = counts_df.drop(scd1.NEW_TRUNC).first()
         truncate = scd1.truncate_horizon(counts_df, meta_df)
 
@@ -175,28 +175,32 @@ class AutoCdcFlow(FlowSpec):
 
         events = scd1.classify(
             staged.changes, old, truncate, layout, self.late_beyond_horizon == "quarantine"
-        ).localCheckpoint()
-        new_state = scd1.fold(events, old, truncate, layout, batch_id).localCheckpoint()
+        )
+        touched = scd1.fold(events, old, truncate, layout, batch_id).localCheckpoint()
+        new_state = touched.where(col(scd1.CHANGED))
         _crash_point("after_stage")
 
-        ev = events.agg(
-            F.count(F.lit(1)).alias("distinct"),
-            F.count(F.when(col(scd1.LATE), 1)).alias("late"),
-            F.count(F.when(col(scd1.STALE), 1)).alias("stale"),
-        ).first()
-        live, old_live = col(st.LIVE), col(scd1.OLD_LIVE)
+        changed, live, old_live = col(scd1.CHANGED), col(st.LIVE), col(scd1.OLD_LIVE)
         was_tombstone = col(scd1.OLD_EXISTS) & ~old_live
-        ns = new_state.agg(
-            F.count(F.when(live & (~old_live | col(scd1.IMAGE_CHANGED)), 1)).alias("upserted"),
-            F.count(F.when(old_live & ~live, 1)).alias("deleted"),
-            F.count(F.when(~live, 1)).alias("tombstones_written"),
-            (
-                F.count(F.when(~live & ~was_tombstone, 1))
-                - F.count(F.when(live & was_tombstone, 1))
-            ).alias("tombstone_delta"),
-            F.count(F.when(col(scd1.CONFLICT), 1)).alias("conflicts"),
-            F.count(F.lit(1)).alias("changed"),
-            F.count(F.when(~col(scd1.OLD_EXISTS), 1)).alias("new_keys"),
+
+        def total(name: str) -> Column:
+            return F.coalesce(F.sum(name), F.lit(0))
+
+        def count(condition: Column) -> Column:
+            return F.count(F.when(changed & condition, 1))
+
+        # One pass over the touched keys: the event counts (ev) and the state changes (ns).
+        ev = ns = touched.agg(
+            total(scd1.N_EVENTS).alias("distinct"),
+            total(scd1.N_LATE).alias("late"),
+            total(scd1.N_STALE).alias("stale"),
+            count(live & (~old_live | col(scd1.IMAGE_CHANGED))).alias("upserted"),
+            count(old_live & ~live).alias("deleted"),
+            count(~live).alias("tombstones_written"),
+            (count(~live & ~was_tombstone) - count(live & was_tombstone)).alias("tombstone_delta"),
+            count(col(scd1.CONFLICT)).alias("conflicts"),
+            count(F.lit(True)).alias("changed"),
+            count(~col(scd1.OLD_EXISTS)).alias("new_keys"),
         ).first()
 
         quarantined = counts["rejected"] + ev["late"]

@@ -35,7 +35,14 @@ B_UPS, B_DEL, B_VER, B_VAL = (
     "__autocdc_b_val",
 )
 OLD_EXISTS, OLD_LIVE, CONFLICT = "__autocdc_o_exists", "__autocdc_o_live", "__autocdc_conflict"
-IMAGE_CHANGED = "__autocdc_image_changed"
+IMAGE_CHANGED, CHANGED = "__autocdc_image_changed", "__autocdc_changed"
+# Per key: events folded, events in all, late and stale ones (the batch's metrics).
+N_OK, N_EVENTS, N_LATE, N_STALE = (
+    "__autocdc_n_ok",
+    "__autocdc_n_events",
+    "__autocdc_n_late",
+    "__autocdc_n_stale",
+)
 
 
 def b_col(name: str) -> str:
@@ -131,19 +138,26 @@ def _below_floor() -> Column:
 def fold(
     events: DataFrame, old_state: DataFrame, truncate: DataFrame, layout: st.Layout, batch_id: int
 ) -> DataFrame:
-    """The new state rows of every key whose state this batch changes."""
+    """The new state row of every key the batch touches, flagged CHANGED where it differs
+    from the stored one, with the key's event counts: one pass yields both the rows to
+    write and the batch's metrics."""
     # A change at or below the key's stored delete is dead on arrival: leave the row as is.
     dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False)) | _below_floor()
-    per_key = _fold_batch(events.where(~col(LATE) & ~dead), layout)
+    per_key = _fold_batch(events, ~col(LATE) & ~dead, layout)
     return _combine(per_key, old_state, truncate, layout, batch_id)
 
 
-def _fold_batch(events: DataFrame, layout: st.Layout) -> DataFrame:
-    """Per key: the batch's winning upsert (or per-column winners) and latest delete."""
-    is_upsert = col(OP) == UPSERT
+def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
+    """Per key: the winning upsert (or per-column winners) and latest delete among the
+    ``ok`` events, and the counts of all of them."""
+    is_upsert = ok & (col(OP) == UPSERT)
     aggs = [
+        F.count(F.when(ok, 1)).alias(N_OK),
+        F.count(F.lit(1)).alias(N_EVENTS),
+        F.count(F.when(col(LATE), 1)).alias(N_LATE),
+        F.count(F.when(col(STALE), 1)).alias(N_STALE),
         F.max(F.when(is_upsert, col(SEQ))).alias(B_UPS),
-        F.max(F.when(col(OP) == DELETE, col(SEQ))).alias(B_DEL),
+        F.max(F.when(ok & (col(OP) == DELETE), col(SEQ))).alias(B_DEL),
         # Different upserts at one key and sequence in this batch: counted, then tie-broken.
         (
             F.countDistinct(F.when(is_upsert, F.struct(col(SEQ), col(DEDUP))))
@@ -176,7 +190,7 @@ def _combine(
     layout: st.Layout,
     batch_id: int,
 ) -> DataFrame:
-    """Fold the batch's per-key result into the old state; keep only rows that change."""
+    """Fold the batch's per-key result into the old state."""
     keys, values = layout.key_names, layout.value_names
     stored = [c for c in layout.schema().names if c not in keys and c != st.KIND]
     olds = old_state.select(
@@ -228,8 +242,10 @@ def _combine(
     out[st.BATCH] = F.lit(batch_id).cast("long")
     out[st.UPDATED_AT] = F.current_timestamp()
 
+    counts = [F.coalesce(col(n), F.lit(0)).alias(n) for n in (N_OK, N_EVENTS, N_LATE, N_STALE)]
     df = df.select(
         *[c.alias(name) for name, c in out.items()],
+        *counts,
         old_exists.alias(OLD_EXISTS),
         F.coalesce(col(old(st.LIVE)), F.lit(False)).alias(OLD_LIVE),
         conflict.alias(CONFLICT),
@@ -248,8 +264,10 @@ def _combine(
             F.lit(True),
         )
 
+    # A key without state changes once an event of it is folded (not all were late/dead).
+    changed = F.when(col(OLD_EXISTS), ~same(compared)).otherwise(col(N_OK) > 0)
     return (
         df.withColumn(IMAGE_CHANGED, ~same(values))
-        .where(~old_exists | ~same(compared))
+        .withColumn(CHANGED, changed)
         .drop(*[old(c) for c in compared])
     )

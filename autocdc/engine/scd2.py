@@ -154,7 +154,13 @@ def sync(
         .join(touched, keys, "left_semi")
         .join(fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti")
     )
-    source = fresh.withColumn(GONE, F.lit(False)).unionByName(stale.withColumn(GONE, F.lit(True)))
+    # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none),
+    # and this one recomputes history and reads the target.
+    source = (
+        fresh.withColumn(GONE, F.lit(False))
+        .unionByName(stale.withColumn(GONE, F.lit(True)))
+        .localCheckpoint()
+    )
     q = tables.ident
     on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in [*keys, START_AT])
     same = " AND ".join(
