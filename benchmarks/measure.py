@@ -1,9 +1,10 @@
-"""What one batch cost: wall seconds, files and bytes written, peak JVM heap.
+"""What one batch cost: wall seconds, Spark jobs, files and bytes written, peak JVM heap.
 
 Files are counted on disk (data, deletion vectors, Delta log), so every system is
 measured the same way whatever it writes. Heap: the driver JVM's heap pools are reset
 before the batch and their peaks summed after it; with a lazy collector that is an upper
-bound of what the batch needed, comparable between batches of one run.
+bound of what the batch needed, comparable between batches of one run. Jobs: the ids the
+status tracker knows after the batch and not before (fixed overhead shows up as jobs).
 """
 
 from __future__ import annotations
@@ -38,9 +39,18 @@ class _Heap:
         return sum(p.getPeakUsage().getUsed() for p in self._pools) / 2**20
 
 
+def _job_ids(spark: SparkSession) -> set[int]:
+    """Every job Spark has started (none of ours runs in a job group). The status store
+    learns of jobs through the asynchronous listener bus, so drain that first."""
+    sc = spark.sparkContext
+    sc._jsc.sc().listenerBus().waitUntilEmpty()
+    return set(sc.statusTracker().getJobIdsForGroup())
+
+
 @dataclass(frozen=True)
 class BatchCost:
     seconds: float
+    jobs: int
     files: int
     bytes: int
     heap_peak_mb: float
@@ -50,11 +60,15 @@ def measure(spark: SparkSession, dirs: list[Path], step: Callable[[], None]) -> 
     heap = _Heap(spark)
     before = _files(dirs)
     heap.reset()
+    jobs_before = _job_ids(spark)
     started = time.perf_counter()
     step()
     seconds = time.perf_counter() - started
+    jobs = len(_job_ids(spark) - jobs_before)
     added = {p: s for p, s in _files(dirs).items() if p not in before}
-    return BatchCost(round(seconds, 3), len(added), sum(added.values()), round(heap.peak_mb(), 1))
+    return BatchCost(
+        round(seconds, 3), jobs, len(added), sum(added.values()), round(heap.peak_mb(), 1)
+    )
 
 
 def summarize(costs: list[BatchCost], rows: int) -> dict[str, float]:
@@ -63,6 +77,7 @@ def summarize(costs: list[BatchCost], rows: int) -> dict[str, float]:
     return {
         "median_s": round(seconds, 3),
         "rows_per_s": round(rows / seconds),
+        "jobs_per_batch": statistics.median(c.jobs for c in costs),
         "files_per_batch": statistics.median(c.files for c in costs),
         "bytes_per_batch": statistics.median(c.bytes for c in costs),
         "heap_peak_mb": max(c.heap_peak_mb for c in costs),

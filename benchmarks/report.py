@@ -34,18 +34,23 @@ def _plot(scaling: dict[str, Any], png: Path) -> None:
     plt.close(fig)
 
 
-def _row(name: str, s: dict[str, Any]) -> str:
-    c = s.get("correctness", {})
-    verdict = "yes" if c.get("correct") else f"no ({c.get('mismatched_touched', '?')} rows)"
+def _cells(name: str, s: dict[str, Any]) -> str:
     return (
-        f"| {name} | {s['median_s']} | {s['rows_per_s']:,} | {s['files_per_batch']} "
-        f"| {s['bytes_per_batch'] / 2**20:.1f} | {s['heap_peak_mb']:.0f} | {s['load_s']} "
-        f"| {verdict} |"
+        f"| {name} | {s['median_s']} | {s['rows_per_s']:,} | {s['jobs_per_batch']} "
+        f"| {s['files_per_batch']} | {s['bytes_per_batch'] / 2**20:.2f} "
+        f"| {s['heap_peak_mb']:.0f} |"
     )
+
+
+def _row(name: str, s: dict[str, Any]) -> str:
+    c = s["correctness"]
+    verdict = "yes" if c["correct"] else f"no ({c['mismatched_touched']} rows)"
+    return f"{_cells(name, s)} {s['load_s']} | {s['aux_vs_target']} | {verdict} |"
 
 
 def _targets(summary: dict[str, Any]) -> list[str]:
     ratios, met = summary["ratios"], summary["targets_met"]
+    history = ratios["scd2_history_10_vs_1"]
     heap = met["heap_by_batch_rows_mb"]
     heap_text = ", ".join(f"{int(b):,} rows: {mb:.0f} MiB" for b, mb in heap.items())
     flat = max(heap.values()) <= 1.2 * min(heap.values())
@@ -55,6 +60,57 @@ def _targets(summary: dict[str, Any]) -> list[str]:
         f"| 10x target <= 2x per batch (SCD1) | {ratios['scale_10x']}x "
         f"| {met['10x_target_le_2x_time']} |",
         f"| driver heap flat in batch size | {heap_text} | {flat} |",
+        f"| bytes written per batch, SCD1 <= 1.5x the floor | {ratios['scd1_bytes_vs_floor']}x "
+        f"| {met['scd1_bytes_le_1.5x_floor']} |",
+        f"| bytes written per batch, SCD2 <= 1.5x the floor | {ratios['scd2_bytes_vs_floor']}x "
+        f"| {met['scd2_bytes_le_1.5x_floor']} |",
+        f"| state + quarantine size <= 0.5x the target (SCD1) | {ratios['scd1_aux_vs_target']}x "
+        f"| {met['scd1_aux_le_0.5x_target']} |",
+        f"| state + quarantine size / the target (SCD2) | {ratios['scd2_aux_vs_target']}x "
+        "| no target |",
+        f"| small batch, SCD1 <= 1.5x the floor | {ratios['small_scd1_vs_floor']}x "
+        f"| {met['small_scd1_le_1.5x_floor']} |",
+        f"| small batch, SCD2 <= 2x the floor | {ratios['small_scd2_vs_floor']}x "
+        f"| {met['small_scd2_le_2x_floor']} |",
+        f"| SCD2 batch after 10 batches of history <= 1.3x after 1 "
+        f"| {'not run' if history is None else f'{history}x'} "
+        f"| {'-' if history is None else met['scd2_history_10_vs_1_le_1.3x']} |",
+    ]
+
+
+def _history(detail: dict[str, Any]) -> str:
+    w = detail["history_workload"]
+    if w is None:
+        return "SCD2 history: not run in this mode (it does not fit in the quick run's budget)."
+    scd2 = detail["history"]["scd2"]
+    return (
+        f"SCD2 history: {w['target_rows']:,} target rows, then {w['batches']} batches of "
+        f"{w['batch_rows']:,} updates and deletes (no inserts) of the same {w['hot_keys']:,} "
+        "keys, so batch k finds k - 1 earlier batches of history on its keys. The ratio is "
+        "the median seconds of batches 11-12 (10 and 11 batches of history) over batches 2-3 "
+        "(1 and 2); batch 1 is a warm-up. Seconds per batch: "
+        f"{', '.join(str(x) for x in scd2['per_batch_s'])}; jobs per batch (median) "
+        f"{scd2['jobs_per_batch']}; state + quarantine size after the last: "
+        f"{scd2['aux_vs_target']}x the target."
+    )
+
+
+def _small_and_history(detail: dict[str, Any]) -> list[str]:
+    w = detail["workload"]
+    return [
+        "## Small batches and SCD2 history",
+        "",
+        f"Small batches: after the headline batches, {w['tail_batches']} x "
+        f"{w['tail_rows']} changes (same mix) into the same tables, all measured (the "
+        "tables are warm), medians. Fixed overhead shows here; they are also the smallest "
+        "batch_rows point of the scaling plot.",
+        "",
+        "| system | s/batch | rows/s | jobs/batch | files/batch | MiB/batch | heap peak MiB |",
+        "|---|---|---|---|---|---|---|",
+        *(_cells(name, s["small"]) for name, s in detail["headline"].items()),
+        "",
+        _history(detail),
+        "",
     ]
 
 
@@ -75,9 +131,14 @@ def write(detail: dict[str, Any], md: Path, png: Path) -> None:
         f"{w['width']} payload columns, key skew {w['skew']}, seed {w['seed']}. "
         f"{w['batches']} batches; the first is a warm-up, times are medians of the rest.",
         "",
-        "| system | s/batch | rows/s | files/batch | MiB/batch | heap peak MiB | load s "
-        "| matches reference |",
-        "|---|---|---|---|---|---|---|---|",
+        "Jobs: Spark jobs started during a batch. Bytes: files added under all the "
+        "system's table folders (autocdc: target, state, quarantine). Aux / target: size "
+        "of the state and quarantine tables' current Delta snapshots over the target's "
+        "(`DESCRIBE DETAIL` sizeInBytes) after the last batch.",
+        "",
+        "| system | s/batch | rows/s | jobs/batch | files/batch | MiB/batch | heap peak MiB "
+        "| load s | aux / target | matches reference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *(_row(name, s) for name, s in head.items()),
         "",
         "| target | measured | met |",
@@ -92,6 +153,7 @@ def write(detail: dict[str, Any], md: Path, png: Path) -> None:
         lines += ["", "```", str(error), "```"]
     lines += [
         "",
+        *_small_and_history(detail),
         "## Scaling (SCD1 and the floor)",
         "",
         f"![scaling]({png.name})",

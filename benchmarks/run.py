@@ -6,7 +6,9 @@
 
 Every system gets the same data, the same SparkSession and settings
 (conf/spark-defaults.conf). Per configuration: load the snapshot (untimed), apply the
-batches one by one, drop the first as warm-up, report medians of the rest.
+batches one by one, drop the first as warm-up, report medians of the rest. The headline
+ends with a tail of small batches (what a batch costs when there is little to do); the
+SCD2 history workload keeps changing the same keys (does the cost follow the history?).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -33,51 +36,98 @@ from workload import Workload
 import autocdc
 
 HERE = Path(__file__).resolve().parent
-TARGETS = {"scd1": 1.3, "scd2": 1.6, "scale_10x": 2.0}
+TARGETS = {
+    "scd1": 1.3,
+    "scd2": 1.6,
+    "scale_10x": 2.0,
+    "bytes": 1.5,  # bytes written per batch, all autocdc tables over the floor's
+    "scd1_aux": 0.5,  # state + quarantine table size over the target's, after the headline
+    "small_scd1": 1.5,
+    "small_scd2": 2.0,
+    "scd2_history": 1.3,
+}
+SMALL_BATCH_ROWS = 100
+HISTORY_BATCHES = 12  # batch k finds k - 1 earlier batches on the same keys
+
+
+def headline_workload(
+    target_rows: int, batch_rows: int, batches: int, small_batches: int
+) -> Workload:
+    """The headline batches, then small_batches of SMALL_BATCH_ROWS changes into the same
+    tables: no second load of the headline target, and no warm-up (the tables are warm)."""
+    return Workload(
+        target_rows, batch_rows, batches, tail_batches=small_batches, tail_rows=SMALL_BATCH_ROWS
+    )
+
+
+def history(target_rows: int, batch_rows: int) -> Workload:
+    """Batches of updates and deletes (no inserts) of the same batch_rows keys."""
+    return Workload(target_rows, batch_rows, HISTORY_BATCHES, insert_share=0.0, hot_keys=batch_rows)
 
 
 @dataclass(frozen=True)
 class Profile:
-    """The headline workload (every system, first batch a warm-up, checked against the
-    reference) and the scaling points (SCD1, and the floor unless the profile must be
-    quick; the session is warm by then, so every batch after the load counts)."""
+    """The headline workload (every system, first batch a warm-up, then the small batches,
+    checked against the reference), the scaling points (SCD1, and the floor unless the
+    profile must be quick; the session is warm by then, so every batch after the load
+    counts; the small batches are the batch_rows point SMALL_BATCH_ROWS) and the SCD2
+    history workload (None: not run)."""
 
     headline: Workload
     target_rows: tuple[int, ...]  # with headline.batch_rows
     batch_rows: tuple[int, ...]  # into headline.target_rows
     scaling_batches: int
     spark_pipelines: bool
+    history: Workload | None
     scaling_systems: tuple[str, ...] = ("floor", "scd1")
 
 
 PROFILES = {
-    # The headline only: its scaling "curve" is one point, which still runs every code path.
-    "smoke": Profile(Workload(200, 50, 2), (200,), (50,), 1, False),
-    # Under 5 minutes: one batch per scaling point, no floor there, and no spark-pipelines
-    # (its result is a fixed error that costs ~30 s to reach; the full run reports it).
+    # The headline (its scaling "curve" is one point plus the small batches) and a tiny SCD2
+    # history: every code path, in minutes of fixed overhead on seconds of data.
+    "smoke": Profile(headline_workload(200, 50, 2, 1), (200,), (50,), 1, False, history(100, 20)),
+    # Under 5 minutes: one batch per scaling point, no floor there, no spark-pipelines
+    # (its result is a fixed error that costs ~30 s to reach; the full run reports it), and
+    # no SCD2 history: its 13 applies cost 2 to 3 minutes whatever the size (fixed overhead).
+    # The small batches stand in for a second batch_rows point (20,000 cost ~40 s).
     "quick": Profile(
-        Workload(20_000, 5_000, 3), (20_000, 200_000), (5_000, 20_000), 1, False, ("scd1",)
+        headline_workload(20_000, 5_000, 3, 2),
+        (20_000, 200_000),
+        (5_000,),
+        1,
+        False,
+        None,
+        ("scd1",),
     ),
     "full": Profile(
-        Workload(1_000_000, 100_000, 4),
+        headline_workload(1_000_000, 100_000, 4, 3),
         (1_000_000, 10_000_000),
         (10_000, 100_000, 1_000_000),
         2,
         True,
+        history(10_000, 1_000),
     ),
 }
 
 
 def run_config(
-    spark: SparkSession, work: Path, w: Workload, systems: list[str], headline: bool
+    spark: SparkSession,
+    work: Path,
+    w: Workload,
+    systems: list[str],
+    warmup: bool,
+    check: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Generate one workload, run each system on it; per-system summary (and correctness)."""
-    tag = f"n{w.target_rows}-b{w.batch_rows}"
+    """Generate one workload, run each system on it; per-system summary (and correctness).
+
+    Every summary holds the tables' Delta snapshot sizes after the last batch, and that of
+    the tail batches (every one counts) under "small"."""
+    tag = f"n{w.target_rows}-b{w.batch_rows}" + (f"-k{w.hot_keys}" if w.hot_keys else "")
     data = work / "data" / tag
     snapshot_dir, batch_dirs = workload.write(spark, w, data)
     warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
     out: dict[str, dict[str, Any]] = {}
-    expected = correctness.changes(w, batch_dirs) if headline else None
+    expected = correctness.changes(w, batch_dirs) if check else None
     for name in systems:
         system = (
             Floor(warehouse, f"floor_{tag}".replace("-", "_"))
@@ -95,9 +145,16 @@ def run_config(
             )
             for d in batch_dirs
         ]
-        summary = measure.summarize(costs[1:] if headline else costs, w.batch_rows)
+        regular = costs[: w.batches]
+        summary = measure.summarize(regular[1:] if warmup else regular, w.batch_rows)
+        if w.tail_batches:
+            summary["small"] = measure.summarize(costs[w.batches :], w.tail_rows)
         summary["load_s"] = round(load_s, 3)
         summary["per_batch_s"] = [c.seconds for c in costs]
+        sizes = system.snapshot_bytes(spark)
+        summary["snapshot_bytes"] = sizes
+        aux = sum(sizes.values()) - sizes["target"]
+        summary["aux_vs_target"] = round(aux / sizes["target"], 3)
         if expected is not None:
             scd = 2 if name == "scd2" else 1
             summary["correctness"] = correctness.check(
@@ -133,17 +190,39 @@ def _floor_s(points: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {n: v["floor"]["median_s"] for n, v in points.items() if "floor" in v}
 
 
-def summarize(profile: Profile, head: dict[str, dict[str, Any]], scaling: dict) -> dict:
+def _ratio(a: dict[str, Any], b: dict[str, Any], key: str = "median_s") -> float:
+    return round(a[key] / b[key], 2)
+
+
+def history_10_vs_1(seconds: list[float]) -> float:
+    """Median seconds of batches 11-12 (10 and 11 earlier batches on the same keys) over
+    batches 2-3 (1 and 2 earlier); batch 1, the first after the load, is a warm-up."""
+    return round(statistics.median(seconds[10:12]) / statistics.median(seconds[1:3]), 2)
+
+
+def summarize(
+    profile: Profile, head: dict[str, dict[str, Any]], scaling: dict, hist: dict | None
+) -> dict:
     floor = head["floor"]["median_s"]
+    small = {name: s["small"] for name, s in head.items()}
+    history_ratio = history_10_vs_1(hist["scd2"]["per_batch_s"]) if hist else None
     by_target = scaling["target_rows"]
     by_size = [by_target[str(n)]["scd1"]["median_s"] for n in profile.target_rows]
     scale = round(by_size[-1] / by_size[0], 2)  # largest target over smallest
-    batch_s = {n: v["scd1"]["median_s"] for n, v in scaling["batch_rows"].items()}
-    heap = {n: v["scd1"]["heap_peak_mb"] for n, v in scaling["batch_rows"].items()}
+    by_batch = dict(sorted(scaling["batch_rows"].items(), key=lambda kv: int(kv[0])))
+    batch_s = {n: v["scd1"]["median_s"] for n, v in by_batch.items()}
+    heap = {n: v["scd1"]["heap_peak_mb"] for n, v in by_batch.items()}
     ratios = {
-        "scd1_vs_floor": round(head["scd1"]["median_s"] / floor, 2),
-        "scd2_vs_floor": round(head["scd2"]["median_s"] / floor, 2),
+        "scd1_vs_floor": _ratio(head["scd1"], head["floor"]),
+        "scd2_vs_floor": _ratio(head["scd2"], head["floor"]),
         "scale_10x": scale,
+        "scd1_bytes_vs_floor": _ratio(head["scd1"], head["floor"], "bytes_per_batch"),
+        "scd2_bytes_vs_floor": _ratio(head["scd2"], head["floor"], "bytes_per_batch"),
+        "scd1_aux_vs_target": head["scd1"]["aux_vs_target"],
+        "scd2_aux_vs_target": head["scd2"]["aux_vs_target"],
+        "small_scd1_vs_floor": _ratio(small["scd1"], small["floor"]),
+        "small_scd2_vs_floor": _ratio(small["scd2"], small["floor"]),
+        "scd2_history_10_vs_1": history_ratio,
     }
     return {
         "floor_s": floor,
@@ -151,18 +230,30 @@ def summarize(profile: Profile, head: dict[str, dict[str, Any]], scaling: dict) 
         "scd2_s": head["scd2"]["median_s"],
         "rows_per_s_scd1": head["scd1"]["rows_per_s"],
         "rows_per_s_floor": head["floor"]["rows_per_s"],
+        "jobs_per_batch": {name: s["jobs_per_batch"] for name, s in head.items()},
+        "small_s": {name: s["median_s"] for name, s in small.items()},
+        "small_jobs_per_batch": {name: s["jobs_per_batch"] for name, s in small.items()},
+        "scd2_history_per_batch_s": hist["scd2"]["per_batch_s"] if hist else None,
         "ratios": ratios,
         "targets_met": {
             "scd1_le_1.3x_floor": ratios["scd1_vs_floor"] <= TARGETS["scd1"],
             "scd2_le_1.6x_floor": ratios["scd2_vs_floor"] <= TARGETS["scd2"],
             "10x_target_le_2x_time": ratios["scale_10x"] <= TARGETS["scale_10x"],
+            "scd1_bytes_le_1.5x_floor": ratios["scd1_bytes_vs_floor"] <= TARGETS["bytes"],
+            "scd2_bytes_le_1.5x_floor": ratios["scd2_bytes_vs_floor"] <= TARGETS["bytes"],
+            "scd1_aux_le_0.5x_target": ratios["scd1_aux_vs_target"] <= TARGETS["scd1_aux"],
+            "small_scd1_le_1.5x_floor": ratios["small_scd1_vs_floor"] <= TARGETS["small_scd1"],
+            "small_scd2_le_2x_floor": ratios["small_scd2_vs_floor"] <= TARGETS["small_scd2"],
+            "scd2_history_10_vs_1_le_1.3x": None
+            if history_ratio is None
+            else history_ratio <= TARGETS["scd2_history"],
             "heap_by_batch_rows_mb": heap,
         },
         "scaling": {
             "scd1_s_by_target_rows": {n: v["scd1"]["median_s"] for n, v in by_target.items()},
             "floor_s_by_target_rows": _floor_s(by_target),
             "scd1_s_by_batch_rows": batch_s,
-            "floor_s_by_batch_rows": _floor_s(scaling["batch_rows"]),
+            "floor_s_by_batch_rows": _floor_s(by_batch),
         },
         "correct": {name: s["correctness"]["correct"] for name, s in head.items()},
     }
@@ -175,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--smoke", action="store_true", help="tiny sizes, checks the harness")
     parser.add_argument("--work", type=Path, default=Path("/tmp/autocdc-bench"))
     parser.add_argument("--out", type=Path, default=HERE / "out")
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="--quick: also the SCD2 history measure (1,000 rows, batches of 100; ~3 more min)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
@@ -184,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     started = time.perf_counter()
     spark = autocdc.spark_session(warehouse=args.work / "warehouse")
-    head = run_config(spark, args.work, headline, ["floor", "scd1", "scd2"], headline=True)
+    all_systems = ["floor", "scd1", "scd2"]
+    head = run_config(spark, args.work, headline, all_systems, warmup=True, check=True)
     scaling: dict[str, dict[str, Any]] = {"target_rows": {}, "batch_rows": {}}
     points = [(n, headline.batch_rows, "target_rows", n) for n in profile.target_rows] + [
         (headline.target_rows, b, "batch_rows", b) for b in profile.batch_rows
@@ -193,9 +290,19 @@ def main(argv: list[str] | None = None) -> int:
         if (n, b) == (headline.target_rows, headline.batch_rows):
             result = head
         else:
-            w = replace(headline, target_rows=n, batch_rows=b, batches=profile.scaling_batches)
-            result = run_config(spark, args.work, w, [*profile.scaling_systems], headline=False)
+            w = replace(
+                headline,
+                target_rows=n,
+                batch_rows=b,
+                batches=profile.scaling_batches,
+                tail_batches=0,
+            )
+            result = run_config(spark, args.work, w, [*profile.scaling_systems], warmup=False)
         scaling[axis][str(value)] = result
+    scaling["batch_rows"][str(SMALL_BATCH_ROWS)] = {n: s["small"] for n, s in head.items()}
+    history_w = profile.history or (history(1_000, 100) if args.history else None)
+    history_w = replace(history_w, seed=args.seed) if history_w else None
+    hist = run_config(spark, args.work, history_w, ["scd2"], warmup=True) if history_w else None
     env = machine(spark)
     spark.stop()
 
@@ -205,12 +312,12 @@ def main(argv: list[str] | None = None) -> int:
 
         data = args.work / "data" / f"n{headline.target_rows}-b{headline.batch_rows}"
         pipelines = spark_pipelines.run(
-            [data / "snapshot", *sorted(data.glob("batch-*"))],
+            [data / "snapshot", *sorted(data.glob("batch-*"))[: headline.batches]],
             args.work / "spark-pipelines",
             schema=headline.ddl,
         )
 
-    summary = summarize(profile, head, scaling)
+    summary = summarize(profile, head, scaling, hist)
     summary["spark_pipelines"] = {
         k: pipelines.get(k) for k in ("status", "error", "seconds_per_batch", "format")
     }
@@ -222,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         "workload": headline.describe(),
         "headline": head,
         "scaling": scaling,
+        "history_workload": history_w.describe() if history_w else None,
+        "history": hist,
         "spark_pipelines": pipelines,
     }
     args.out.mkdir(parents=True, exist_ok=True)

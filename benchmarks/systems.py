@@ -19,6 +19,11 @@ import autocdc
 KEY, SEQ, OP = "id", "seq", "op"
 
 
+def _delta_bytes(spark: SparkSession, table: str) -> int:
+    """Size of the table's current Delta snapshot (files it references, not its history)."""
+    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["sizeInBytes"])
+
+
 @dataclass
 class Floor:
     warehouse: Path
@@ -56,6 +61,9 @@ class Floor:
     def result(self, spark: SparkSession) -> DataFrame:
         return spark.read.format("delta").load(str(self.path))
 
+    def snapshot_bytes(self, spark: SparkSession) -> dict[str, int]:
+        return {"target": _delta_bytes(spark, f"delta.`{self.path}`")}
+
 
 @dataclass
 class AutoCdc:
@@ -88,3 +96,16 @@ class AutoCdc:
 
     def result(self, spark: SparkSession) -> DataFrame:
         return spark.table(self.flow.target)
+
+    def snapshot_bytes(self, spark: SparkSession) -> dict[str, int]:
+        """Target, state and (once something was quarantined) quarantine table sizes."""
+        tables = {
+            "target": self.flow.target,
+            "state": self.flow.state_table,
+            "quarantine": self.flow.quarantine_table,
+        }
+        return {
+            role: _delta_bytes(spark, name)
+            for role, name in tables.items()
+            if spark.catalog.tableExists(name)
+        }

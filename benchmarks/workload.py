@@ -5,7 +5,8 @@ updates and deletes of existing keys (drawn with a power-law skew), *late* chang
 exact duplicates. A late change takes a change from the previous batch (or a snapshot
 row) and re-emits its key with a slightly lower sequence and other values: the event
 that really happened before but arrived after. A correct engine ignores it; an engine
-that trusts arrival order overwrites newer data with it.
+that trusts arrival order overwrites newer data with it. A tail of small batches (same
+mix) may follow, to measure what a batch costs when there is little to do.
 
 Columns: ``id`` (bigint key), ``seq`` (bigint), ``op`` ('U' upsert, 'D' delete), then
 ``c0..c{width-1}``: strings at even positions, bigints at odd ones.
@@ -36,11 +37,18 @@ class Workload:
     late_share: float = 0.05
     duplicate_share: float = 0.05
     skew: float = 1.0  # key = floor(n * u**skew): 1 is uniform, larger is hotter
+    hot_keys: int = 0  # > 0: updates and deletes hit only keys below it (history builds up)
+    tail_batches: int = 0  # then as many batches of tail_rows changes (small batches)
+    tail_rows: int = 100
     width: int = 8
     seed: int = 7
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return [self.batch_rows] * self.batches + [self.tail_rows] * self.tail_batches
 
     @property
     def columns(self) -> list[str]:
@@ -84,23 +92,25 @@ def _payload(rng: np.random.Generator, rows: int, width: int) -> dict[str, np.nd
 def batches(workload: Workload) -> Iterator[pa.Table]:
     """The change batches in arrival order, deterministic by ``workload.seed``."""
     w = workload
+    stride = max(w.batch_sizes)  # sequences of batch b fall in [b, b + 1) * stride
     next_key = w.target_rows
     prev_ids = np.arange(min(w.target_rows, w.batch_rows), dtype=np.int64)
     prev_seqs = np.zeros(len(prev_ids), dtype=np.int64)
     prev_table: pa.Table | None = None
-    for b in range(1, w.batches + 1):
+    for b, rows in enumerate(w.batch_sizes, start=1):
         rng = np.random.default_rng([w.seed, b])
-        n_dup = round(w.batch_rows * w.duplicate_share)
-        n_late = min(round(w.batch_rows * w.late_share), len(prev_ids))
-        n_new = w.batch_rows - n_dup - n_late
+        n_dup = round(rows * w.duplicate_share)
+        n_late = min(round(rows * w.late_share), len(prev_ids))
+        n_new = rows - n_dup - n_late
         n_ins = round(n_new * w.insert_share)
         n_del = round(n_new * w.delete_share)
         n_upd = n_new - n_ins - n_del
 
-        existing = (next_key * rng.random(n_upd + n_del) ** w.skew).astype(np.int64)
+        key_range = min(next_key, w.hot_keys) if w.hot_keys else next_key
+        existing = (key_range * rng.random(n_upd + n_del) ** w.skew).astype(np.int64)
         ids = np.concatenate([np.arange(next_key, next_key + n_ins, dtype=np.int64), existing])
         next_key += n_ins
-        seqs = (b * w.batch_rows + rng.permutation(n_new)).astype(np.int64) * SEQ_STEP
+        seqs = (b * stride + rng.permutation(n_new)).astype(np.int64) * SEQ_STEP
         ops = np.array(["U"] * (n_ins + n_upd) + ["D"] * n_del)
 
         late = rng.choice(len(prev_ids), n_late, replace=False)
@@ -118,7 +128,7 @@ def batches(workload: Workload) -> Iterator[pa.Table]:
 
 
 def write(spark: SparkSession, workload: Workload, root: Path) -> tuple[Path, list[Path]]:
-    """Write the snapshot and every batch under ``root``; returns their paths."""
+    """Write the snapshot and every batch (tail included) under ``root``; their paths."""
     snapshot = root / "snapshot"
     write_snapshot(spark, workload, snapshot)
     paths = []
