@@ -22,7 +22,7 @@ demo: setup
 # on the Delta log and on subprocesses, so two share the 2 cores well.
 test: setup
 	$(PY) -m ruff check $(SOURCES)
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15
 
 lint: setup
 	$(PY) -m ruff check $(SOURCES)
