@@ -230,12 +230,12 @@ class AutoCdcFlow(FlowSpec):
         _crash_point("after_state_commit")
 
         # Nothing pending from an earlier batch: this batch's new rows are all that changed.
-        changed = (
+        to_sync = (
             new_state
             if synced == meta.batch
             else sync.pending(spark, self.state_table, layout, after_batch=synced)
         )
-        sync.sync_scd1(spark, self.target, layout, changed)
+        sync.sync_scd1(spark, self.target, layout, to_sync)
         self._synced = batch_id
         _crash_point("after_target_commit")
 
