@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+# A record Spark could not parse or type (its corrupt-record column is set).
+QUARANTINE_MALFORMED_RECORD = "AUTOCDC_MALFORMED_RECORD"
 QUARANTINE_NULL_KEY = "AUTOCDC_NULL_KEY"
 QUARANTINE_NULL_SEQUENCE = "AUTOCDC_NULL_SEQUENCE"
 QUARANTINE_LATE_BEYOND_HORIZON = "AUTOCDC_LATE_BEYOND_HORIZON"

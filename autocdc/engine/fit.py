@@ -34,7 +34,7 @@ from autocdc.engine import state as st
 from autocdc.engine import tables
 from autocdc.engine.errors import DefinitionChangedError, SchemaMismatchError
 from autocdc.engine.spec import FlowSpec
-from autocdc.engine.stage import col, sequence_type
+from autocdc.engine.stage import col, corrupt_column, sequence_type
 
 _INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
 
@@ -104,7 +104,8 @@ def fit(
                     target=spec.target, field=field, stored=had[prop], declared=declared[prop]
                 )
     stored_names = [f.name for f in stored.keys + stored.values] if stored else []
-    columns = spec.resolve(df.schema, sequence, stored_names)
+    corrupt = corrupt_column(df)
+    columns = spec.resolve(df.schema, sequence, stored_names, [corrupt] if corrupt else [])
     batch_types = {f.name: nullable(f.dataType) for f in df.schema.fields}
 
     if stored is None:

@@ -7,6 +7,7 @@ columns, the sequence's type) run in :func:`FlowSpec.resolve`, before any data i
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -223,11 +224,17 @@ class FlowSpec(BaseModel):
         return to_column(self.sequence_by)
 
     def resolve(
-        self, schema: StructType, sequence_type: DataType, stored: list[str] | None = None
+        self,
+        schema: StructType,
+        sequence_type: DataType,
+        stored: list[str] | None = None,
+        never_stored: Collection[str] = (),
     ) -> ResolvedColumns:
         """Check the spec against a change feed's schema and sequence type.
 
         ``stored``: the target's columns when it exists; a later batch may leave them out.
+        ``never_stored``: columns no target keeps whatever the lists say (Spark's
+        corrupt-record column: it only ever holds the raw text of a quarantined row).
         """
         columns = schema.names
         reserved = [c for c in columns if is_reserved(c)]
@@ -253,10 +260,11 @@ class FlowSpec(BaseModel):
         for key in self.keys:
             if is_unreliable_key(types[key]):
                 raise InvalidKeyTypeError(column=key, type=types[key].simpleString())
+        excluded = set(never_stored)
         if self.column_list is not None:
-            payload = list(self.column_list)
+            payload = [c for c in self.column_list if c not in excluded]
         else:
-            excluded = set(self.except_column_list or [])
+            excluded |= set(self.except_column_list or [])
             payload = [c for c in columns if c not in excluded]
         if self.track_history_column_list is not None:
             tracked = [c for c in payload if c in self.track_history_column_list]

@@ -1,5 +1,5 @@
 """Stage one micro-batch: tag each change with its sequence and operation, and split off
-the rows that cannot be applied (NULL key, NULL sequence) for quarantine.
+the rows that cannot be applied (malformed, NULL key, NULL sequence) for quarantine.
 
 Nothing here reads state; the staged batch keeps every source column so that a row
 quarantined later (late beyond the tombstone horizon) is kept whole.
@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from autocdc.engine.errors import (
+    QUARANTINE_MALFORMED_RECORD,
     QUARANTINE_NULL_KEY,
     QUARANTINE_NULL_SEQUENCE,
     NondeterministicExpressionError,
@@ -28,6 +29,8 @@ REASON = "__autocdc_reason"
 
 UPSERT, DELETE, TRUNCATE = "U", "D", "T"
 
+CORRUPT_RECORD_CONF = "spark.sql.columnNameOfCorruptRecord"
+
 
 def col(name: str, alias: str | None = None) -> Column:
     """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
@@ -40,6 +43,18 @@ def any_null(value: Column, data_type: DataType) -> Column:
         return value.isNull()
     fields = [any_null(value[f.name], f.dataType) for f in data_type.fields]
     return reduce(lambda a, b: a | b, fields, value.isNull())
+
+
+def corrupt_column(df: DataFrame) -> str | None:
+    """The batch's corrupt-record column, if its schema has one.
+
+    Spark's file sources (PERMISSIVE mode, the default) put a line that does not parse,
+    or a JSON/CSV field that does not fit its type, into this column as raw text and
+    leave the other fields NULL or partly filled: applied as is, a wrongly typed value
+    would silently become NULL in the target.
+    """
+    name = df.sparkSession.conf.get(CORRUPT_RECORD_CONF, "_corrupt_record")
+    return name if name in df.columns else None
 
 
 @dataclass(frozen=True)
@@ -72,9 +87,10 @@ def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
 
 
 def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[str]) -> StagedBatch:
-    """Tag operations and sequence; route rows with a NULL key or sequence (or a NULL
-    field of a struct sequence) to ``rejected``. ``source_columns``: the batch's own
-    columns, as the quarantine keeps them."""
+    """Tag operations and sequence; route malformed rows (corrupt-record column set), then
+    rows with a NULL key or sequence (or a NULL field of a struct sequence), to
+    ``rejected``. ``source_columns``: the batch's own columns, as the quarantine keeps
+    them (the raw text of a malformed row included)."""
     is_truncate = (
         F.coalesce(to_column(spec.apply_as_truncates), F.lit(False))
         if spec.apply_as_truncates is not None
@@ -89,16 +105,17 @@ def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[s
     op = F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
     sequenced = df.withColumn(SEQ, spec.sequence_column())
     null_sequence = any_null(col(SEQ), sequenced.schema[SEQ].dataType)
-    tagged = (
-        sequenced.withColumn(OP, op)
-        .withColumn(
-            REASON,
-            F.when(null_sequence, QUARANTINE_NULL_SEQUENCE).when(
-                (col(OP) != TRUNCATE) & any_null_key, QUARANTINE_NULL_KEY
-            ),
-        )
-        .cache()
-    )
+    # First match wins: a malformed row's NULL key or sequence is a symptom, not the cause.
+    corrupt = corrupt_column(df)
+    checks = [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
+    checks += [
+        (null_sequence, QUARANTINE_NULL_SEQUENCE),
+        ((col(OP) != TRUNCATE) & any_null_key, QUARANTINE_NULL_KEY),
+    ]
+    reason = reduce(lambda chain, check: chain.when(*check), checks[1:], F.when(*checks[0]))
+    # Cached with every column: Spark refuses a raw JSON/CSV read that references only the
+    # corrupt-record column, which a query over the uncached source could come down to.
+    tagged = sequenced.withColumn(OP, op).withColumn(REASON, reason).cache()
     return StagedBatch(
         tagged=tagged,
         changes=tagged.where(col(REASON).isNull()).drop(REASON),

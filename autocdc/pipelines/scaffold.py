@@ -23,7 +23,10 @@ libraries:
 
 from pyspark import pipelines as dp
 
-CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT"
+# `_corrupt_record` catches a line that does not parse or a field of the wrong type (Spark
+# fills it only when the schema names it): autocdc quarantines such a line with its raw
+# text (reason AUTOCDC_MALFORMED_RECORD) and never stores the column in a target.
+CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT, _corrupt_record STRING"
 
 
 @dp.temporary_view

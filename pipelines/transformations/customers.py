@@ -3,7 +3,10 @@ table (SCD type 1), declared with autocdc's `dp`, which takes every AutoCdcFlow 
 
 from autocdc import pipelines as dp
 
-CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT"
+# `_corrupt_record` catches a line that does not parse or a field of the wrong type (Spark
+# fills it only when the schema names it): autocdc quarantines such a line with its raw
+# text as AUTOCDC_MALFORMED_RECORD, instead of applying its bad field as NULL.
+CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT, _corrupt_record STRING"
 
 
 @dp.temporary_view
