@@ -72,7 +72,9 @@ def expiry_seconds(spec: Project) -> float:
 
 
 @contextlib.contextmanager
-def hold(storage: Path, pipeline: str, expiry: float = DEFAULT_EXPIRY_SECONDS) -> Iterator[Lease]:
+def hold(
+    storage: Path | str, pipeline: str, expiry: float = DEFAULT_EXPIRY_SECONDS
+) -> Iterator[Lease]:
     """Hold the pipeline's run lock for the block; raises :class:`PipelineLockedError` if
     another run holds it, :class:`PipelineLockLostError` if this run lost it meanwhile.
 
@@ -104,18 +106,19 @@ class Claim:
         """Whether its holder is dead: gone from this machine, or silent for ``expiry``."""
         if now - self.heartbeat > expiry:
             return True
-        if self.fields.get("host") != socket.gethostname() or not _BOOT_ID:
+        if self.fields.get("host") != socket.gethostname():
             return False
-        if self.fields.get("boot_id") != _BOOT_ID:
+        if self.fields.get("boot_id", _BOOT_ID) != _BOOT_ID:
             return True  # this machine rebooted since
-        return _gone(int(self.fields["pid"]), str(self.fields.get("started", "")))
+        pid, started = self.fields.get("pid"), self.fields.get("started") or ""
+        return isinstance(pid, int) and pid > 0 and _gone(pid, str(started))
 
     def refusal(self, path: Path, pipeline: str, expiry: float) -> PipelineLockedError:
         now = time.time()
         since = self.fields.get("since", "?")
         try:
             ago = _duration(now - datetime.fromisoformat(since).timestamp())
-        except ValueError:
+        except (TypeError, ValueError):
             ago = "?"
         return PipelineLockedError(
             pipeline=self.fields.get("pipeline", pipeline),
@@ -152,7 +155,8 @@ class Lease:
         Only one of several runs that see the same dead claim at once wins: a run becomes
         the holder only through its own ``link`` to the lease's name, which succeeds for
         one run while the name is free. A dead claim is removed by :func:`_remove`, which
-        moves the name aside and checks that it moved the very file it judged dead: the
+        moves the name aside and checks that it moved the very claim it judged dead (same
+        file, same run id): the
         first contender moves it; a later one finds the name empty, or moves a fresh lease
         (another contender's) and links it back unchanged, so its holder keeps it. The one
         narrow gap: a third run that links into the name during that put-back wins the name,
@@ -180,7 +184,7 @@ class Lease:
                 continue  # released meanwhile
             if not claim.over(expiry, time.time()):
                 raise claim.refusal(path, pipeline, expiry)
-            _remove(path, claim.file)
+            _remove(path, claim.file, claim.fields.get("run_id"))
             seen = claim
         assert seen is not None, f"{path} kept vanishing"
         raise seen.refusal(path, pipeline, expiry)  # a busy stream of dead claims: give up
@@ -192,13 +196,12 @@ class Lease:
     def release(self) -> None:
         """Stop the heartbeat and remove the lease (unless it went to another run)."""
         self._stop.set()
-        if self._beat is not threading.current_thread():
-            self._beat.join()
+        self._beat.join()
         if self._sigterm == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if self.lost is None:
             with contextlib.suppress(OSError):
-                _remove(self.path, self.file)
+                _remove(self.path, self.file, self.fields["run_id"])
         os.close(self.fd)
 
     def _heartbeat(self) -> None:
@@ -260,10 +263,12 @@ def _create(path: Path, content: bytes) -> int | None:
     return fd
 
 
-def _remove(path: Path, file: FileId) -> None:
-    """Remove the lease if the name still points at ``file``. ``rename`` moves whatever
-    the name holds at that instant, so the moved file is checked, and put back with a hard
-    link when it is another (the same file: its holder still owns it)."""
+def _remove(path: Path, file: FileId, run_id: str | None) -> None:
+    """Remove the lease if the name still points at ``file``, the lease of ``run_id``.
+    ``rename`` moves whatever the name holds at that instant, so the moved file is checked,
+    and put back with a hard link when it is another (the same file: its holder still owns
+    it). The run id is checked too: a dead claim's file, once deleted, may lend its inode
+    number to the next lease."""
     aside = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
     try:
         os.rename(path, aside)
@@ -271,11 +276,12 @@ def _remove(path: Path, file: FileId) -> None:
         if not aside.exists():  # NFS: a retried rename may report the first one's success
             return
     try:
-        if _file_id(os.stat(aside)) != file:
+        moved = _read(aside)
+        if moved is not None and (moved.file, moved.fields.get("run_id")) != (file, run_id):
             with contextlib.suppress(FileExistsError):
                 os.link(aside, path)
     finally:
-        aside.unlink()
+        aside.unlink(missing_ok=True)
 
 
 def _read(path: Path) -> Claim | None:
