@@ -285,15 +285,19 @@ def _remove(path: Path, file: FileId, run_id: str | None) -> None:
 
 
 def _read(path: Path) -> Claim | None:
-    """The claim on ``path``, or None if there is none. A lease read while its heartbeat
-    is rewritten is read again; one that stays unreadable is judged by its file's age."""
+    """The claim on ``path``, or None if there is none. It is read twice: a read torn by a
+    heartbeat rewriting the file could show a mix of two times, so it is read again until
+    two reads agree; a lease that stays unreadable is judged by its file's age."""
     for _ in range(5):
         try:
             with open(path, "rb") as f:
                 stat, data = os.fstat(f.fileno()), f.read()
+                again = os.pread(f.fileno(), len(data) + 1, 0)
         except FileNotFoundError:
             return None
         try:
+            if again != data:
+                raise ValueError("torn read")
             fields = json.loads(data)
             beat = datetime.fromisoformat(fields["heartbeat"]).timestamp()
             return Claim(fields, _file_id(stat), beat)
