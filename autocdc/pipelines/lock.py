@@ -21,7 +21,8 @@ still alive.
   within the expiry.
 - **Lost lease.** If another run took the lease over (this run stalled past the expiry),
   or the heartbeat could not be written for the expiry, the holder stops: the heartbeat
-  thread interrupts the main thread (SIGINT, as Ctrl-C) and :func:`hold` raises
+  thread interrupts the main thread (SIGINT, as Ctrl-C; a lease taken in another thread
+  is only checked when its block ends) and :func:`hold` raises
   :class:`PipelineLockLostError`.
 - **Release.** The lease is removed when the block ends: normally, by an exception,
   Ctrl-C, or SIGTERM (turned into ``SystemExit(143)`` while held). A kill -9 leaves it,
