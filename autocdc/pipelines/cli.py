@@ -15,7 +15,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from autocdc import AutoCdcError, spark_session
-from autocdc.pipelines import graph, project, registry, runner, scaffold
+from autocdc.pipelines import graph, lock, project, registry, runner, scaffold
 
 
 def _names(value: str) -> set[str]:
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             print(Path(__file__).resolve().parent.parent / "__main__.py")
             return 0
         spec = project.load(args.spec or project.find_spec(Path.cwd()))
+        expiry = lock.expiry_seconds(spec)  # checked before Spark starts
         os.chdir(spec.root)  # relative paths in the definitions are the project's
         spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
         options = runner.Options(
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dry-run":
             runner.say("dry run: every definition resolved, nothing written")
             return 0
-        runner.Runner(spark, spec, resolved).run(options)
+        with lock.hold(spec.storage_path, spec.name, expiry):  # one run at a time
+            runner.Runner(spark, spec, resolved).run(options)
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2

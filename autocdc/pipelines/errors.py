@@ -80,3 +80,27 @@ class FlowAnalysisError(AutoCdcError):
 class UnknownDatasetError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_UNKNOWN_DATASET"
     template = "--refresh / --full-refresh name(s) {names}, not datasets of the pipeline ({known})."
+
+
+class PipelineLockedError(AutoCdcError):
+    """Another run of the pipeline holds its storage folder (see :mod:`autocdc.pipelines.lock`)."""
+
+    error_class = "AUTOCDC_PIPELINE_LOCKED"
+    template = (
+        "Pipeline `{pipeline}` is already running: host {host}, pid {pid}, since {since} "
+        "({ago} ago), holding {path}. Wait for that run to end, or stop it. If it died, its "
+        "claim expires {expiry:g} s after its last heartbeat ({heartbeat_ago} ago), and at "
+        "once on its own host when its process is gone; then run again."
+    )
+
+
+class PipelineLockLostError(AutoCdcError):
+    """The running pipeline's lease went to another run: it stops rather than write beside it."""
+
+    error_class = "AUTOCDC_PIPELINE_LOCK_LOST"
+    template = (
+        "The run of pipeline `{pipeline}` lost its lock {path}: {why}. It stopped so as not "
+        "to write beside another run. A run whose heartbeat stalls for {expiry:g} s "
+        "(autocdc.lock.expirySeconds) can be taken over: check what stalled it, then run "
+        "again."
+    )
