@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,7 +28,13 @@ from pyspark.sql.types import (
 from autocdc import AutoCdcFlow
 from autocdc.pipelines import project as projects
 from autocdc.pipelines.report import key_pair, write_report
-from autocdc.pipelines.report_html import FlowStatus, Page, Quarantine, render
+from autocdc.pipelines.report_html import (
+    FlowStatus,
+    Page,
+    Quarantine,
+    ReportDependencyError,
+    render,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -149,7 +156,7 @@ def shop(spark, tmp_path_factory):
     return project, customers
 
 
-def test_key_pair_and_escaping():
+def test_key_pair_escaping_and_missing_matplotlib(monkeypatch):
     assert key_pair("id=5") == ("id", "5")
     assert key_pair(" region =a=b") == ("region", "a=b")
     with pytest.raises(argparse.ArgumentTypeError, match="AUTOCDC_REPORT_INVALID_KEY"):
@@ -191,6 +198,9 @@ def test_key_pair_and_escaping():
     # <title>, <h1>, contents, data-flow, <h2>, reasons, and the sample's reason,
     # sequence and row: each shown, escaped
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 9
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    with pytest.raises(ReportDependencyError):
+        render(page)
 
 
 def _browser_or_skip():
@@ -241,7 +251,7 @@ def test_report_in_chromium(spark, shop, tmp_path):
         assert cdc.locator("svg rect.version").count() == 2
         orders = page.locator('section[data-flow="orders_cdc"]')
         assert orders.locator("svg").count() == 2  # its plots; no target, so no timeline
-        assert "does not exist" in orders.locator(".meta").inner_text()
+        assert "no target table" in orders.locator(".meta").inner_text()
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert problems == []

@@ -29,6 +29,7 @@ from autocdc.pipelines.report_html import (
     Quarantine,
     Timeline,
     render,
+    require_matplotlib,
 )
 
 # Enough batches to see a trend without a page of megabytes.
@@ -64,6 +65,7 @@ def write_report(
     key: dict[str, str] | None = None,
 ) -> Path:
     """Write ``out/index.html`` (one self-contained file) and return its path."""
+    require_matplotlib()
     log_path = event_log_path(project)
     events = spark.read.format("delta").load(str(log_path)) if has_commits(log_path) else None
     flows = _flows(spark, project, events)

@@ -108,7 +108,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 def render(page: Page) -> str:
     """The whole page as HTML text."""
-    _require_matplotlib()
+    require_matplotlib()
     title = f"autocdc status: {page.pipeline}"
     log_state = "" if page.event_log_found else " (not found: no run has written it yet)"
     parts = [
@@ -138,14 +138,12 @@ def render(page: Page) -> str:
 
 
 def _flow(index: int, flow: FlowStatus, page: Page) -> str:
-    kind = "SCD type 2" if flow.scd2 else "SCD type 1" if flow.target_exists else "no target"
+    kind = "SCD type 2" if flow.scd2 else "SCD type 1"
     parts = [
         f'<section class="flow" id="flow-{index}" data-flow="{escape(flow.flow)}">',
         f"<h2>Flow <code>{escape(flow.flow)}</code> into <code>{escape(flow.target)}</code></h2>",
     ]
-    meta = [kind]
-    if not flow.target_exists:
-        meta.append("the target table does not exist (never run, or fully refreshed)")
+    meta = [kind if flow.target_exists else "no target table (never run, or fully refreshed)"]
     if flow.batches:
         last = _time(flow.batches[-1].event_time)
         meta.append(f"{len(flow.batches)} batches shown, the last at {last}")
@@ -204,7 +202,8 @@ def _figure(kind: str, svg: str, caption: str) -> str:
     )
 
 
-def _require_matplotlib() -> None:
+def require_matplotlib() -> None:
+    """Fail before any work when the plots cannot be drawn."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -240,7 +239,8 @@ def _plot(
         axes.legend(lines, [line.get_label() for line in lines], loc="best", fontsize=8)
         if all(v is None for values in (*left.values(), *right.values()) for v in values):
             axes.text(0.5, 0.5, "not recorded", transform=axes.transAxes, ha="center")
-        pad = max((max(times) - min(times)) * 0.03, timedelta(seconds=30))
+        span = max(times) - min(times)
+        pad = span * 0.03 if span else timedelta(minutes=2)
         axes.set_xlim(min(times) - pad, max(times) + pad)  # one batch, or no values at all
         locator = AutoDateLocator()
         axes.xaxis.set_major_locator(locator)
