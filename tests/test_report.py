@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 
 from autocdc import AutoCdcFlow
 from autocdc.pipelines import project as projects
-from autocdc.pipelines.report import key_pair, write_report
+from autocdc.pipelines.report import add_arguments, key_pair, write_report
 from autocdc.pipelines.report_html import (
     FlowStatus,
     Page,
@@ -161,6 +161,10 @@ def test_key_pair_escaping_and_missing_matplotlib(monkeypatch):
     assert key_pair(" region =a=b") == ("region", "a=b")
     with pytest.raises(argparse.ArgumentTypeError, match="AUTOCDC_REPORT_INVALID_KEY"):
         key_pair("id")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--out", "site", "--key", "region=eu", "--key", "id=5"])
+    assert (args.spec, args.out, args.key) == (None, Path("site"), [("region", "eu"), ("id", "5")])
     evil = "<script>alert(1)</script>"
     page = Page(
         pipeline=evil,

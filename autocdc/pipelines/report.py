@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -71,7 +71,7 @@ def write_report(
     flows = _flows(spark, project, events)
     page = Page(
         pipeline=project.name,
-        generated_at=datetime.now(timezone.utc),
+        generated_at=datetime.now().astimezone(),  # Spark's times come back local too
         event_log=str(log_path),
         event_log_found=events is not None,
         key=dict(key or {}),

@@ -117,7 +117,8 @@ def render(page: Page) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>Pipeline <code>{escape(page.pipeline)}</code></h1>",
-        f'<p class="meta">Generated {escape(_time(page.generated_at))}. Event log: '
+        f'<p class="meta">Generated {escape(_time(page.generated_at))} (local times, '
+        f"UTC{page.generated_at.strftime('%z')}). Event log: "
         f"<code>{escape(page.event_log)}</code>{escape(log_state)}.</p>",
     ]
     if not page.flows:
