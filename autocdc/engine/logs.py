@@ -4,18 +4,15 @@ A session writes one log file, ``autocdc-logs/autocdc.log`` beside its warehouse
 ``autocdc.logFile`` setting): Spark's log4j output (``conf/log4j2.properties``), whatever
 the JVM prints itself (its warnings, ivy's report when Delta's jars are resolved at start),
 pyspark's JSON records of the errors it raises, and the traceback of a failed ``autocdc``
-command. The file is appended to, run after run.
+command (``autocdc.log_file()`` names it). The file is appended to, run after run.
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 
-from py4j.protocol import Py4JJavaError
 from pyspark.logger import PySparkLogger
 
 LOG_FILE = "autocdc.logFile"
@@ -27,7 +24,7 @@ _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 _current: Path | None = None
 
 
-def log_file(settings: Mapping[str, str]) -> Path:
+def path_for(settings: Mapping[str, str]) -> Path:
     """``autocdc.logFile`` if set, else ``autocdc-logs/autocdc.log`` beside the warehouse
     (``spark.sql.warehouse.dir``, default ``./warehouse``)."""
     configured = settings.get(LOG_FILE)
@@ -51,31 +48,12 @@ def use(path: Path) -> None:
         logger.propagate = False
 
 
-def current() -> Path:
-    """The log file of this process's session, else the default for ``./warehouse``."""
-    return _current or log_file({})
+def log_file() -> Path:
+    """The file this process's session logs to (else the default for ``./warehouse``):
+    where to look when Spark fails."""
+    return _current or path_for({})
 
 
 def java_options(log4j_config: Path, path: Path) -> str:
     """The driver JVM options that make Spark log to ``path`` with ``log4j_config``."""
     return f'"-Dlog4j2.configurationFile={log4j_config}" "-D{LOG_FILE}={path}"'
-
-
-def record(error: BaseException) -> Path:
-    """Append ``error``'s full traceback to the log file; return the file."""
-    path = current()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:
-        out.write(f"{datetime.now():%y/%m/%d %H:%M:%S} ERROR autocdc: the command failed\n")
-        traceback.print_exception(error, file=out)
-    return path
-
-
-def summary(error: BaseException) -> str:
-    """``Class: first line of the message``: an unexpected error, as a terminal shows it
-    (the rest of the message is often a query plan, a JVM stack trace or both)."""
-    message = str(error)
-    if isinstance(error, Py4JJavaError):  # its first line is "An error occurred while calling"
-        message = str(error.java_exception)
-    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__

@@ -92,7 +92,7 @@ def spark_session(
     # Spark would take relative to the folder the JVM started in (spark-submit's).
     if warehouse is not None or _WAREHOUSE not in (conf or {}):
         settings[_WAREHOUSE] = str(Path(warehouse or "warehouse").resolve())
-    log_file = logs.log_file(settings)
+    log_file = logs.path_for(settings)
     logs.use(log_file)
     if not submitted and SparkContext._gateway is None:  # no JVM yet: start it here
         _add_delta_jars(settings)
@@ -103,7 +103,11 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(settings.get("autocdc.logLevel", "ERROR"))
+    # A JVM started here logs to the file at the level of conf/log4j2.properties; a
+    # launcher's logs go to its console, so keep that to errors.
+    level = settings.get("autocdc.logLevel") or ("ERROR" if submitted else None)
+    if level:
+        spark.sparkContext.setLogLevel(level)
     tables.register_warehouse_tables(spark)
     return spark
 

@@ -10,11 +10,14 @@ import argparse
 import os
 import re
 import sys
+import traceback
+from datetime import datetime
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from autocdc import AutoCdcError, spark_session
+from autocdc import AutoCdcError, log_file, spark_session
 from autocdc.pipelines import graph, project, registry, runner, scaffold
 
 
@@ -76,6 +79,26 @@ def resolve(
     return graph.resolve(loaded, spark, runner.qualifier(spec.database), fresh)
 
 
+def _gist(error: BaseException) -> str:
+    """``Class: first line of the message``; the rest is often a query plan or a JVM
+    stack trace."""
+    message = str(error)
+    if isinstance(error, Py4JJavaError):  # its first line is "An error occurred while calling"
+        message = str(error.java_exception)
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def _record(error: BaseException) -> Path:
+    """Append ``error``'s full traceback to the session's log file; return the file."""
+    path = log_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(f"{datetime.now():%y/%m/%d %H:%M:%S} ERROR autocdc: the command failed\n")
+        traceback.print_exception(error, file=out)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``autocdc`` script; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -107,4 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # not ours to explain: its gist here, the details logged
+        print(f"autocdc: {_gist(error)}\n(details in {_record(error)})", file=sys.stderr)
+        return 1
     return 0
