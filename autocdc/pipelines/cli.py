@@ -80,13 +80,20 @@ def resolve(
 
 
 def _gist(error: BaseException) -> str:
-    """``Class: first line of the message``; the rest is often a query plan or a JVM
+    """``Class: first line of the message``, and for a JVM error the first line of its root
+    cause (a failed task wraps what went wrong); the rest is often a query plan or a JVM
     stack trace."""
-    message = str(error)
-    if isinstance(error, Py4JJavaError):  # its first line is "An error occurred while calling"
-        message = str(error.java_exception)
-    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+    if not isinstance(error, Py4JJavaError):
+        return f"{type(error).__name__}: {_first_line(str(error))}"
+    java = root = error.java_exception  # str(error) begins "An error occurred while calling"
+    while root.getCause() is not None:
+        root = root.getCause()
+    gist = f"{type(error).__name__}: {_first_line(java.toString())}"
+    return gist if root.equals(java) else f"{gist}\n  caused by {_first_line(root.toString())}"
+
+
+def _first_line(message: str) -> str:
+    return next((line.strip() for line in message.splitlines() if line.strip()), "")
 
 
 def _record(error: BaseException) -> Path:
