@@ -128,6 +128,7 @@ def test_an_autocdc_error_is_one_block_and_pysparks_json_goes_to_the_log(tmp_pat
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith("autocdc: [AUTOCDC_PIPELINE_FLOW_INVALID] transformations/a.sql")
+    assert len(done.stderr.splitlines()) == 1, done.stderr  # without the analyzed plan
     assert not any(word in done.stderr for word in (*NOISE, '"errorClass"', "\tat "))
     details = (tmp_path / "autocdc-logs" / "autocdc.log").read_text()
     assert '"errorClass": "UNRESOLVED_COLUMN.WITH_SUGGESTION"' in details
