@@ -2,6 +2,8 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Delta's jars, resolved once into the venv: sessions start from them, without ivy.
+JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
 SOURCES := autocdc tests pipelines benchmarks
 
 .PHONY: setup demo test lint bench bench-quick bench-smoke clean
@@ -12,7 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(JARS): $(STAMP)
+	$(PY) -m autocdc.engine.jars
+
+setup: $(STAMP) $(JARS)
 
 demo: setup
 	$(PY) -m autocdc run --spec pipelines/spark-pipeline.yml --full-refresh-all

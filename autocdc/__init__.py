@@ -23,6 +23,7 @@ from autocdc.engine.errors import (
     UnknownColumnError,
 )
 from autocdc.engine.flow import AutoCdcFlow
+from autocdc.engine.logs import log_file
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import debezium_sequence, hex_sequence, parse_hex_sequence
 from autocdc.engine.session import spark_session
@@ -50,6 +51,7 @@ __all__ = [
     "UnknownColumnError",
     "debezium_sequence",
     "hex_sequence",
+    "log_file",
     "parse_hex_sequence",
     "spark_session",
 ]

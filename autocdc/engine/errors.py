@@ -167,3 +167,12 @@ class ConcurrentWriteError(AutoCdcError):
         "({attempts} attempts); nothing of this batch was lost or half-applied. Run one "
         "writer per target at a time, then apply the batch again."
     )
+
+
+class JarsUnresolvedError(AutoCdcError):
+    error_class = "AUTOCDC_JARS_UNRESOLVED"
+    template = (
+        "Delta's jars ({coordinate}) could not be resolved (spark-submit exited with "
+        "{code}); ivy's report is in {log}. Check that Java is installed and Maven Central "
+        "(repo1.maven.org) is reachable, then run `python -m autocdc.engine.jars` again."
+    )

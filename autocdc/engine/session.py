@@ -10,16 +10,19 @@ process at a time). Other engines read the same tables by path.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from delta import configure_spark_with_delta_pip
 from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from autocdc.engine import tables
+from autocdc.engine import logs, tables
+
+log = logging.getLogger("autocdc")
 
 _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -27,6 +30,7 @@ _DELTA_CONF = {
 }
 
 _WAREHOUSE = "spark.sql.warehouse.dir"
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def _conf_dir() -> Path | None:
@@ -55,12 +59,16 @@ def spark_session(
 ) -> SparkSession:
     """A local SparkSession with Delta Lake, defaults from ``conf/spark-defaults.conf``.
 
-    Delta's jars come from Maven Central through delta-spark's pip helper and are cached
-    by ivy after the first run. ``warehouse`` defaults to ``./warehouse``. Settings in
-    ``conf`` win over the file's, and ``warehouse`` over ``conf``'s.
+    Delta's jars come from the virtualenv when ``python -m autocdc.engine.jars`` (``make
+    setup``) put them there; otherwise ivy resolves them from Maven Central at start
+    (through delta-spark's pip helper). ``warehouse`` defaults to ``./warehouse``.
+    Settings in ``conf`` win over the file's, and ``warehouse`` over ``conf``'s.
 
-    Under ``spark-submit`` the launcher's settings win over the file's, and Delta's jars
-    must come from ``--packages io.delta:delta-spark_4.2_2.13:4.4.0``.
+    Spark's logs and the JVM's own output go to a log file (see ``autocdc.engine.logs``),
+    not to the terminal.
+
+    Under ``spark-submit`` the launcher's settings (and logging) win over the file's, and
+    Delta's jars must come from ``--packages io.delta:delta-spark_4.2_2.13:4.4.0``.
 
     >>> spark = spark_session(warehouse="/tmp/wh")            # doctest: +SKIP
     """
@@ -84,13 +92,61 @@ def spark_session(
     # Spark would take relative to the folder the JVM started in (spark-submit's).
     if warehouse is not None or _WAREHOUSE not in (conf or {}):
         settings[_WAREHOUSE] = str(Path(warehouse or "warehouse").resolve())
+    log_file = logs.path_for(settings)
+    logs.use(log_file)
+    if not submitted and SparkContext._gateway is None:  # no JVM yet: start it here
+        _add_delta_jars(settings)
+        _log_to(settings, conf_dir, log_file)
+        _start_jvm(settings, log_file)
 
     builder = SparkSession.builder.appName(settings.pop("spark.app.name", "autocdc"))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if "spark.jars.packages" not in settings and not submitted:
-        builder = configure_spark_with_delta_pip(builder)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(settings.get("autocdc.logLevel", "ERROR"))
+    # A JVM started here logs to the file at the level of conf/log4j2.properties; a
+    # launcher's logs go to its console, so keep that to errors.
+    level = settings.get("autocdc.logLevel") or ("ERROR" if submitted else None)
+    if level:
+        spark.sparkContext.setLogLevel(level)
     tables.register_warehouse_tables(spark)
     return spark
+
+
+def _add_delta_jars(settings: dict[str, str]) -> None:
+    """Delta's jars: the virtualenv's files, else ivy resolves them (unless the settings
+    name packages themselves)."""
+    # Imported here, not at the top: `python -m autocdc.engine.jars` must be its first import.
+    from autocdc.engine import jars
+
+    if "spark.jars.packages" in settings:
+        return
+    local = jars.installed()
+    if local is None:
+        log.warning(
+            "autocdc: Delta's jars are not installed in this environment, so ivy resolves "
+            "them at every start; run `python -m autocdc.engine.jars` once to skip that."
+        )
+        settings["spark.jars.packages"] = jars.coordinate()
+        return
+    settings["spark.jars"] = ",".join(
+        filter(None, [settings.get("spark.jars"), *(str(jar) for jar in local)])
+    )
+
+
+def _log_to(settings: dict[str, str], conf_dir: Path | None, log_file: Path) -> None:
+    """Spark's log4j logs go to ``log_file`` when the conf folder has a log4j2.properties;
+    the user's own driver options come after, so theirs win."""
+    config = conf_dir / "log4j2.properties" if conf_dir is not None else None
+    if config is None or not config.is_file():
+        return
+    options = [logs.java_options(config.resolve(), log_file), settings.get(_JAVA_OPTIONS)]
+    settings[_JAVA_OPTIONS] = " ".join(filter(None, options))
+
+
+def _start_jvm(settings: Mapping[str, str], log_file: Path) -> None:
+    """Start the driver JVM the way pyspark does, with its own output (JVM warnings,
+    ivy's report) going to the log file; the session then connects to it."""
+    launch = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    with log_file.open("ab") as out:
+        gateway = launch_gateway(launch, popen_kwargs={"stdout": out, "stderr": out})
+    SparkContext._ensure_initialized(gateway=gateway)

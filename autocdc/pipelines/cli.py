@@ -10,11 +10,14 @@ import argparse
 import os
 import re
 import sys
+import traceback
+from datetime import datetime
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from autocdc import AutoCdcError, spark_session
+from autocdc import AutoCdcError, log_file, spark_session
 from autocdc.pipelines import graph, lock, project, registry, runner, scaffold
 
 
@@ -76,6 +79,33 @@ def resolve(
     return graph.resolve(loaded, spark, runner.qualifier(spec.database), fresh)
 
 
+def _gist(error: BaseException) -> str:
+    """``Class: first line of the message``, and for a JVM error the first line of its root
+    cause (a failed task wraps what went wrong); the rest is often a query plan or a JVM
+    stack trace."""
+    if not isinstance(error, Py4JJavaError):
+        return f"{type(error).__name__}: {_first_line(str(error))}"
+    java = root = error.java_exception  # str(error) begins "An error occurred while calling"
+    while root.getCause() is not None:
+        root = root.getCause()
+    gist = f"{type(error).__name__}: {_first_line(java.toString())}"
+    return gist if root.equals(java) else f"{gist}\n  caused by {_first_line(root.toString())}"
+
+
+def _first_line(message: str) -> str:
+    return next((line.strip() for line in message.splitlines() if line.strip()), "")
+
+
+def _record(error: BaseException) -> Path:
+    """Append ``error``'s full traceback to the session's log file; return the file."""
+    path = log_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(f"{datetime.now():%y/%m/%d %H:%M:%S} ERROR autocdc: the command failed\n")
+        traceback.print_exception(error, file=out)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``autocdc`` script; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -109,4 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # not ours to explain: its gist here, the details logged
+        print(f"autocdc: {_gist(error)}\n(details in {_record(error)})", file=sys.stderr)
+        return 1
     return 0

@@ -191,8 +191,10 @@ def resolve(
                         raise DatasetNotFoundError(
                             where=current.where, flow=current.name, name=missing
                         ) from error
+                    # the message without the analyzed plan (that goes to the log file)
+                    problem = error.getMessage() or str(error)
                     raise FlowAnalysisError(
-                        where=current.where, flow=current.name, problem=str(error)
+                        where=current.where, flow=current.name, problem=problem
                     ) from error
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):

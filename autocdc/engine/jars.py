@@ -1,0 +1,118 @@
+"""Delta Lake's jars, resolved once into the virtualenv so that sessions start from files.
+
+Without them every session start resolves ``io.delta:delta-spark_...`` with ivy (through
+delta-spark's ``configure_spark_with_delta_pip``): ~150 lines of output and seconds of
+work per start, and network access. ``python -m autocdc.engine.jars`` (run by
+``make setup``) lets Spark's own ivy resolution run once, into a scratch ivy home, and
+copies the jars it retrieved to ``<venv>/share/autocdc/jars/``; a marker file names the
+coordinate they belong to, so an upgraded delta-spark or pyspark resolves again.
+Running it again is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+from pyspark.find_spark_home import _find_spark_home
+
+from autocdc.engine.errors import AutoCdcError, JarsUnresolvedError
+
+MARKER = "autocdc-jars.json"
+
+
+def coordinate() -> str:
+    """Delta's Maven coordinate for the installed delta-spark and pyspark, built as
+    delta-spark's ``configure_spark_with_delta_pip`` builds it."""
+    spark = ".".join(version("pyspark").split(".")[:2])
+    return f"io.delta:delta-spark_{spark}_2.13:{version('delta-spark')}"
+
+
+def jar_dir() -> Path:
+    """Where the jars live: inside the virtualenv, so they go away with it."""
+    return Path(sys.prefix) / "share" / "autocdc" / "jars"
+
+
+def installed(folder: Path | None = None) -> list[Path] | None:
+    """The jars in ``folder`` if they were resolved for today's ``coordinate()`` and are
+    all there, else None (then a session resolves them with ivy at start)."""
+    folder = folder or jar_dir()
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or marker.get("coordinate") != coordinate():
+        return None
+    jars = [folder / name for name in marker.get("jars", [])]
+    return jars if jars and all(jar.is_file() for jar in jars) else None
+
+
+def install(folder: Path | None = None) -> list[Path]:
+    """Resolve the jars into ``folder`` unless they are there already; return them."""
+    folder = folder or jar_dir()
+    found = installed(folder)
+    if found is not None:
+        return found
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="autocdc-ivy-") as scratch:
+        resolved = _resolve(Path(scratch), folder.parent / "jars-resolution.log")
+        for old in folder.glob("*.jar"):
+            old.unlink()
+        for jar in resolved:
+            shutil.copy2(jar, folder / jar.name)
+    marker = {"coordinate": coordinate(), "jars": [jar.name for jar in resolved]}
+    partial = folder / f"{MARKER}.partial"
+    partial.write_text(json.dumps(marker, indent=2) + "\n")
+    partial.replace(folder / MARKER)  # the marker lands last: a killed copy resolves again
+    return [folder / jar.name for jar in resolved]
+
+
+def _resolve(ivy: Path, log: Path) -> list[Path]:
+    """Let spark-submit resolve the coordinate into the ivy home ``ivy`` (the same
+    resolution, repositories and exclusions as ``--packages`` at a session start), running
+    an empty script; ivy retrieves the jars into ``ivy/jars``. Output goes to ``log``."""
+    script = ivy / "noop.py"
+    script.write_text("")
+    command = [
+        str(Path(_find_spark_home()) / "bin" / "spark-submit"),
+        "--packages",
+        coordinate(),
+        "--conf",
+        f"spark.jars.ivy={ivy}",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(script),
+    ]
+    environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    with log.open("wb") as out:
+        done = subprocess.run(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=environment
+        )
+    jars = sorted((ivy / "jars").glob("*.jar"))
+    if done.returncode != 0 or not jars:
+        raise JarsUnresolvedError(coordinate=coordinate(), code=done.returncode, log=log)
+    return jars
+
+
+def main() -> int:
+    """``python -m autocdc.engine.jars``: silent when the jars are there already."""
+    if installed() is not None:
+        return 0
+    print(f"autocdc: resolving Delta's jars ({coordinate()}) into {jar_dir()}, once")
+    try:
+        jars = install()
+    except AutoCdcError as error:
+        print(f"autocdc: {error}", file=sys.stderr)
+        return 2
+    print(f"autocdc: {len(jars)} jars installed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

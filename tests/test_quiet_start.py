@@ -1,0 +1,134 @@
+"""A quiet start: Delta's jars come from the virtualenv, and the terminal shows only
+autocdc's own lines; Spark's logs, the JVM's output and error details go to the log file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from delta import configure_spark_with_delta_pip
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+from test_crash import ROOT
+
+from autocdc.engine import jars
+from autocdc.pipelines import cli
+
+NOISE = ("::", "resolving", "downloading", "artifacts", "log4j", "WARN", "JVM stacktrace")
+
+
+def test_jars_are_resolved_once(tmp_path, monkeypatch):
+    def resolve(*_):
+        raise AssertionError("resolved again")
+
+    monkeypatch.setattr(jars, "_resolve", resolve)
+    names = ["io.delta_delta-spark.jar", "io.delta_delta-storage.jar"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"jar")
+    marker = {"coordinate": jars.coordinate(), "jars": names}
+    (tmp_path / jars.MARKER).write_text(json.dumps(marker))
+    assert jars.install(tmp_path) == [tmp_path / name for name in names]
+
+    (tmp_path / names[1]).unlink()  # a jar gone: not installed any more
+    assert jars.installed(tmp_path) is None
+    (tmp_path / names[1]).write_bytes(b"jar")
+    (tmp_path / jars.MARKER).write_text(json.dumps({**marker, "coordinate": "io.delta:x:1"}))
+    assert jars.installed(tmp_path) is None  # resolved for another delta-spark
+
+
+def test_coordinate_is_delta_pip_helpers():
+    builder = configure_spark_with_delta_pip(SparkSession.builder)
+    assert builder._options["spark.jars.packages"] == jars.coordinate()
+
+
+class JavaError:
+    """Stands for a JVM exception object as py4j hands it over."""
+
+    _target_id = "o1"
+
+    def __init__(self, text: str, cause: JavaError | None = None) -> None:
+        self.text, self.cause = text, cause
+
+    def toString(self) -> str:
+        return self.text
+
+    def getCause(self) -> JavaError | None:
+        return self.cause
+
+    def equals(self, other: object) -> bool:
+        return other is self
+
+
+def test_a_jvm_error_shows_its_first_line_and_its_root_causes():
+    root = JavaError("x.SparkArithmeticException: [DIVIDE_BY_ZERO] Division by zero.\n== SQL ==")
+    wrapped = JavaError("x.SparkException: [TASK_WRITE_FAILED] Task failed\n\tat x", root)
+    assert cli._gist(Py4JJavaError("An error occurred", JavaError("a", wrapped))) == (
+        "Py4JJavaError: a\n"
+        "  caused by x.SparkArithmeticException: [DIVIDE_BY_ZERO] Division by zero."
+    )
+    assert cli._gist(Py4JJavaError("An error occurred", wrapped.cause)) == (
+        "Py4JJavaError: x.SparkArithmeticException: [DIVIDE_BY_ZERO] Division by zero."
+    )
+    assert cli._gist(ValueError("bad\nvalue")) == "ValueError: bad"
+
+
+def run(project: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m autocdc run`` of a project holding ``files``, as a user runs it."""
+    (project / "transformations").mkdir(parents=True)
+    (project / "spark-pipeline.yml").write_text(
+        "name: quiet\nstorage: storage\nlibraries:\n  - glob:\n      include: transformations/**\n"
+    )
+    for name, text in files.items():
+        (project / "transformations" / name).write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", "autocdc", "run"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_a_run_prints_only_autocdc_lines_and_an_error_in_one_line(tmp_path):
+    assert jars.installed() is not None, "Delta's jars are not installed: run `make setup`"
+    done = run(
+        tmp_path,
+        {
+            "a.sql": "CREATE MATERIALIZED VIEW fine AS SELECT id FROM range(3);",
+            "b.sql": "CREATE MATERIALIZED VIEW boom AS SELECT 1 / (id - id) AS x FROM fine;",
+        },
+    )
+    assert done.returncode == 1
+    log = tmp_path / "autocdc-logs" / "autocdc.log"
+    assert done.stdout.splitlines() == [
+        "autocdc: pipeline quiet: 2 datasets (fine, boom)",
+        "autocdc: materialized view fine: 3 rows",
+    ]
+    # Spark raises the division's error itself or a failed write caused by it, as it goes
+    *gist, where = done.stderr.splitlines()
+    assert len(gist) in (1, 2) and gist[0].startswith("autocdc: "), done.stderr
+    assert re.search(r"\w+: \[DIVIDE_BY_ZERO\] Division by zero", gist[-1]), done.stderr
+    assert where == f"(details in {log})"
+    details = log.read_text()
+    assert "Traceback (most recent call last)" in details
+    assert "org.apache.spark.SparkArithmeticException" in details  # the JVM's stack trace
+    assert "resolving dependencies" not in details  # the session started from the venv's jars
+
+
+@pytest.mark.slow
+def test_an_autocdc_error_is_one_block_and_pysparks_json_goes_to_the_log(tmp_path):
+    done = run(tmp_path, {"a.sql": "CREATE MATERIALIZED VIEW v AS SELECT nope FROM range(1);"})
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("autocdc: [AUTOCDC_PIPELINE_FLOW_INVALID] transformations/a.sql")
+    assert len(done.stderr.splitlines()) == 1, done.stderr  # without the analyzed plan
+    assert not any(word in done.stderr for word in (*NOISE, '"errorClass"', "\tat "))
+    details = (tmp_path / "autocdc-logs" / "autocdc.log").read_text()
+    assert '"errorClass": "UNRESOLVED_COLUMN.WITH_SUGGESTION"' in details
