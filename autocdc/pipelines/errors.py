@@ -80,3 +80,11 @@ class FlowAnalysisError(AutoCdcError):
 class UnknownDatasetError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_UNKNOWN_DATASET"
     template = "--refresh / --full-refresh name(s) {names}, not datasets of the pipeline ({known})."
+
+
+class UnknownFlowError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_UNKNOWN_FLOW"
+    template = (
+        "The event log of pipeline `{pipeline}` has no batch of flow `{flow}` (flows with "
+        "batches: {known}). Check the name, or run the pipeline first."
+    )
