@@ -255,10 +255,17 @@ def test_progress_lines_and_live_table(capsys):
 
     table = Console(file=io.StringIO(), width=120, record=True)
     table.print(
-        render([FlowProgress("orders", 2, 8, 900, 3.0, Lag(versions=1)), FlowProgress("x")])
+        render(
+            [
+                FlowProgress("orders", 2, 8, 900, 3.0, Lag(versions=1)),
+                FlowProgress("x"),
+                FlowProgress("y", 1, 1, 5, 50.0),
+            ]
+        )
     )
     assert [line.split() for line in table.export_text().splitlines()] == [
         ["flow", "state", "batch", "rows", "rows/s", "lag"],
         ["orders", "running", "8", "900", "300", "1", "versions"],
         ["x", "running", "-", "0", "-", "-"],
+        ["y", "running", "1", "5", "0.1", "-"],
     ]

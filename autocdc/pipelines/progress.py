@@ -42,10 +42,16 @@ def describe_lag(lag: Lag | None) -> str:
     return ", ".join(parts) or "-"
 
 
+def _rate(speed: float | None) -> str:
+    """Rows per second, with a decimal below 10 (a tiny batch is not ``0 rows/s``)."""
+    if speed is None:
+        return "-"
+    return f"{speed:,.1f}" if speed < 10 else f"{speed:,.0f}"
+
+
 def line(progress: FlowProgress) -> str:
     """One plain progress line (without the ``autocdc:`` prefix)."""
-    speed = progress.rows_per_second
-    rate = f"{speed:,.0f} rows/s" if speed is not None else "- rows/s"
+    rate = f"{_rate(progress.rows_per_second)} rows/s"
     return (
         f"flow {progress.flow}: batch {progress.last_batch}, {progress.batches} batches, "
         f"{progress.rows:,} rows, {rate}, lag {describe_lag(progress.lag)}"
@@ -56,13 +62,12 @@ def render(flows: list[FlowProgress]) -> Table:
     """The live table: one row per flow of the run."""
     table = Table("flow", "state", "batch", "rows", "rows/s", "lag", box=None)
     for p in flows:
-        speed = p.rows_per_second
         table.add_row(
             p.flow,
             p.state,
             "-" if p.last_batch is None else str(p.last_batch),
             f"{p.rows:,}",
-            "-" if speed is None else f"{speed:,.0f}",
+            _rate(p.rows_per_second),
             describe_lag(p.lag),
         )
     return table
