@@ -269,3 +269,40 @@ def test_progress_lines_and_live_table(capsys):
         ["x", "running", "-", "0", "-", "-"],
         ["y", "running", "1", "5", "0.1", "-"],
     ]
+
+
+DELTA_FEED = """
+from autocdc import pipelines as dp
+
+@dp.temporary_view
+def changes():
+    return spark.readStream.table("{db}.source")
+
+dp.create_streaming_table("mirror")
+dp.create_auto_cdc_flow(target="mirror", source="changes", keys=["id"], sequence_by="seq")
+"""
+
+
+def test_delta_source_position_and_versions_behind(spark, tmp_path):
+    """A Delta table source: the batch reached its latest version (lag 0 versions); a
+    new commit to the source shows as one version behind in status, without running."""
+    database = f"delta_src_{os.getpid()}"
+    source = f"{database}.source"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    spark.sql(
+        f"CREATE TABLE {source} (id INT, seq BIGINT) USING delta LOCATION '{tmp_path / 'src'}'"
+    )
+    spark.sql(f"INSERT INTO {source} VALUES (1, 1), (2, 1)")
+    spec = write_project(tmp_path / "project", database, {"mirror.py": DELTA_FEED})
+    run(spark, spec)
+    (batch,) = [r for r in events(spark, tmp_path / "project") if r.event_type == "batch"]
+    (reached,) = json.loads(batch.source_position)
+    assert (reached["kind"], reached["path"]) == ("delta", str(tmp_path / "src"))
+    assert reached["offset"]["reservoirVersion"] == 2  # versions 0 and 1 read
+    assert (batch.lag_files, batch.lag_seconds) == (None, None)
+    loaded = project.load(spec)
+    assert operations.status(spark, loaded)["flows"][0]["lag"]["versions"] == 0
+    spark.sql(f"INSERT INTO {source} VALUES (3, 1)")
+    behind = operations.status(spark, loaded)["flows"][0]["lag"]
+    assert behind["versions"] == 1 and behind["files"] is None
+    assert behind["oldest_age_seconds"] >= 0
