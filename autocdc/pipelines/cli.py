@@ -1,4 +1,5 @@
-"""Command line: ``autocdc run | dry-run | init | launcher`` (also ``python -m autocdc``).
+"""Command line: ``autocdc run | dry-run | status | history | report | init | launcher`` (also
+``python -m autocdc``).
 
 The flags of ``run`` are those of Spark's ``spark-pipelines`` CLI. A definition problem
 exits with status 2 before anything is written.
@@ -7,6 +8,7 @@ exits with status 2 before anything is written.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -16,9 +18,10 @@ from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+from rich.console import Console
 
 from autocdc import AutoCdcError, log_file, spark_session
-from autocdc.pipelines import graph, lock, project, registry, runner, scaffold
+from autocdc.pipelines import graph, lock, operations, project, registry, report, runner, scaffold
 
 
 def _names(value: str) -> set[str]:
@@ -38,8 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the pipeline: every flow, then exit")
     dry = commands.add_parser("dry-run", help="resolve and check the pipeline, write nothing")
-    for command in (run, dry):
+    status = commands.add_parser("status", help="per flow: last batch, rows, quarantine, lag")
+    history = commands.add_parser("history", help="per-batch metrics of one flow")
+    history.add_argument("flow")
+    history.add_argument("--last", type=int, default=20, metavar="N", help="default: 20")
+    for command in (run, dry, status, history):
         command.add_argument("--spec", type=Path, help="spark-pipeline.yml (default: found)")
+    for command in (status, history):
+        command.add_argument("--json", action="store_true", help="stable JSON, for scripts")
     run.add_argument("--full-refresh", type=_names, default=set(), metavar="A,B")
     run.add_argument("--full-refresh-all", action="store_true")
     run.add_argument("--refresh", type=_names, metavar="A,B")
@@ -47,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--trigger-interval", type=_seconds, default=10.0, help='e.g. "10 seconds", 5s, 1m'
     )
+    report.add_arguments(commands.add_parser("report", help="write the status page (HTML)"))
     init = commands.add_parser("init", help="create a sample project")
     init.add_argument("--name", required=True)
     commands.add_parser("launcher", help="print the script to give spark-submit")
@@ -106,6 +116,19 @@ def _record(error: BaseException) -> Path:
     return path
 
 
+def _report(args: argparse.Namespace, spec: project.Project, spark: SparkSession) -> int:
+    """``status`` / ``history``: JSON (documented keys) or a table."""
+    if args.command == "status":
+        doc, show = operations.status(spark, spec), operations.show_status
+    else:
+        doc, show = operations.history(spark, spec, args.flow, args.last), operations.show_history
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        show(doc, Console(width=None if sys.stdout.isatty() else 160))  # logs: no wrapping
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``autocdc`` script; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -114,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             root = scaffold.create(Path(args.name))
             print(f"autocdc: created {root}; run it with: cd {root} && autocdc run")
             return 0
+        if args.command == "report":  # resolves --out before the working directory moves
+            return report.main_report(args)
         if args.command == "launcher":
             print(Path(__file__).resolve().parent.parent / "__main__.py")
             return 0
@@ -121,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         expiry = lock.expiry_seconds(spec)  # checked before Spark starts
         os.chdir(spec.root)  # relative paths in the definitions are the project's
         spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
+        if args.command in ("status", "history"):
+            return _report(args, spec, spark)
         options = runner.Options(
             full_refresh=getattr(args, "full_refresh", set()),
             full_refresh_all=getattr(args, "full_refresh_all", False),

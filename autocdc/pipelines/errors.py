@@ -104,3 +104,11 @@ class PipelineLockLostError(AutoCdcError):
         "(autocdc.lock.expirySeconds) can be taken over: check what stalled it, then run "
         "again."
     )
+
+
+class UnknownFlowError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_UNKNOWN_FLOW"
+    template = (
+        "The event log of pipeline `{pipeline}` has no batch of flow `{flow}` (flows with "
+        "batches: {known}). Check the name, or run the pipeline first."
+    )

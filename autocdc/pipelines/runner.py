@@ -6,6 +6,9 @@ project's ``storage`` (one folder per flow); an AUTO CDC flow hands each micro-b
 inputs, temporary views are defined in order. By default every query processes what is
 available and stops (``availableNow``); ``continuous`` keeps them running.
 
+Every run writes its events (run, flows, each micro-batch with its metrics, source
+position and lag, errors) to the pipeline's event log, one commit per event.
+
 Exactly once: Spark replays a micro-batch whose commit it did not record, with the same
 id and the same input. The id of the last batch applied is kept beside the checkpoint,
 so a replay is skipped; a crash between the apply and that note replays the batch into
@@ -26,8 +29,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from autocdc import AutoCdcFlow
+from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines import graph as g
+from autocdc.pipelines import position as pos
 from autocdc.pipelines.errors import UnknownDatasetError
+from autocdc.pipelines.eventlog import EventLog
+from autocdc.pipelines.progress import Progress
 from autocdc.pipelines.project import Project
 from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow
 
@@ -73,15 +80,37 @@ def _conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
 
 
 class Runner:
-    def __init__(self, spark: SparkSession, project: Project, graph: g.Graph) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        project: Project,
+        graph: g.Graph,
+        progress: Progress | None = None,
+    ) -> None:
         self.spark = spark
         self.project = project
         self.graph = graph
-        self.queries: list[StreamingQuery] = []
+        self.queries: list[tuple[str, str, StreamingQuery]] = []  # flow, target, query
+        self.events = EventLog.of(spark, project)
+        self.progress = progress or Progress()
+        self.sources: dict[str, list[dict]] = {}  # flow -> its streaming sources
+        self.failure: BaseException | None = None  # the first error inside an apply
 
         self.qualify = qualifier(project.database)
 
     def run(self, options: Options) -> None:
+        """Run the pipeline once (or until stopped, ``continuous``), logging its events."""
+        self.events.write("run_started")
+        try:
+            with self.progress:
+                self._run(options)
+        except BaseException as error:
+            # The error inside foreachBatch, not Spark's StreamingQueryException around it.
+            self.events.write("run_failed", error=self.failure or error)
+            raise
+        self.events.write("run_finished")
+
+    def _run(self, options: Options) -> None:
         names = [d.name for d in self.graph.order if d.kind != "temporary_view"]
         unknown = (options.full_refresh | (options.refresh or set())) - set(names)
         if unknown:
@@ -109,23 +138,84 @@ class Runner:
         target = self.qualify(dataset.name)
         if dataset.kind == "materialized_view":
             (flow,) = self.graph.flows[dataset.name]
-            assert isinstance(flow, QueryFlow)
-            with _conf(self.spark, flow.spark_conf):
-                df = flow.query()
-                df.write.format("delta").mode("overwrite").option(
-                    "overwriteSchema", "true"
-                ).saveAsTable(target)
-            say(f"materialized view {target}: {self.spark.table(target).count()} rows")
+            self.events.write("flow_started", flow=flow.name, target=target)
+            self._materialize(dataset)
+            self.events.write("flow_stopped", flow=flow.name, target=target)
             return
         for flow in self.graph.flows[dataset.name]:
-            query = self._start(flow, dataset, target, options)
+            try:
+                query = self._start(flow, dataset, target, options)
+                if query is not None and not options.continuous:
+                    query.awaitTermination()
+            except BaseException as error:
+                self.events.write(
+                    "error", flow=flow.name, target=target, error=self.failure or error
+                )
+                raise
             if query is None:
                 continue
             if options.continuous:
-                self.queries.append(query)
+                self.queries.append((flow.name, target, query))
             else:
-                query.awaitTermination()
+                self._stopped(flow.name, target)
                 say(f"flow {flow.name}: up to date")
+
+    def _materialize(self, dataset: Dataset) -> None:
+        target = self.qualify(dataset.name)
+        (flow,) = self.graph.flows[dataset.name]
+        assert isinstance(flow, QueryFlow)
+        with _conf(self.spark, flow.spark_conf):
+            df = flow.query()
+            df.write.format("delta").mode("overwrite").option(
+                "overwriteSchema", "true"
+            ).saveAsTable(target)
+        say(f"materialized view {target}: {self.spark.table(target).count()} rows")
+
+    def _started(self, flow: str, target: str, df: DataFrame) -> None:
+        self.sources[flow] = pos.sources(df, self.project.root) if df.isStreaming else []
+        self.progress.started(flow, self._flow_event("flow_started", flow, target))
+
+    def _stopped(self, flow: str, target: str) -> None:
+        self.progress.stopped(flow, self._flow_event("flow_stopped", flow, target))
+
+    def _flow_event(self, event_type: str, flow: str, target: str) -> pos.Lag | None:
+        """Log a flow starting or stopping, at the position its checkpoint last committed
+        and with the lag from there; returns the lag (None: not a streaming source)."""
+        checkpoint = self.project.checkpoint(flow)
+        found = self.sources.get(flow, [])
+        ends = pos.offsets(checkpoint, pos.committed(checkpoint))
+        lag = pos.lag(found, ends, checkpoint) if found else None
+        position = pos.position(found, ends) if found else None
+        self.events.write(event_type, flow=flow, target=target, position=position, lag=lag)
+        return lag
+
+    def _applied(
+        self, flow: str, target: str, metrics: BatchMetrics, stream_batch_id: int | None
+    ) -> None:
+        """Log one applied batch: the event (with the offsets it reached and the lag after
+        it), the metrics line and the progress."""
+        checkpoint = self.project.checkpoint(flow)
+        found = self.sources.get(flow, [])
+        ends = pos.offsets(checkpoint, stream_batch_id) if stream_batch_id is not None else []
+        lag = pos.lag(found, ends, checkpoint) if found else None
+        self.events.write(
+            "batch",
+            flow=flow,
+            target=target,
+            metrics=metrics,
+            stream_batch_id=stream_batch_id,
+            position=pos.position(found, ends) if found else None,
+            lag=lag,
+        )
+        self._log(metrics)
+        self.progress.batch(flow, metrics.batch_id, metrics.rows_in, metrics.seconds, lag)
+
+    def _apply(self, engine: AutoCdcFlow, df: DataFrame) -> BatchMetrics:
+        try:
+            return engine.apply(df)
+        except BaseException as error:
+            self.failure = self.failure or error
+            raise
 
     def _start(
         self, flow: Flow, dataset: Dataset, target: str, options: Options
@@ -133,12 +223,14 @@ class Runner:
         checkpoint = self.project.checkpoint(flow.name)
         with _conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
+            self._started(flow.name, target, df)
             if isinstance(flow, CdcFlow):
                 engine = g.engine_flow(flow, target)
                 if not df.isStreaming:  # a batch source: the whole table is one batch
-                    self._log(engine.apply(df))
+                    self._applied(flow.name, target, self._apply(engine, df), None)
+                    self._stopped(flow.name, target)
                     return None
-                writer = df.writeStream.foreachBatch(self._applier(engine, checkpoint))
+                writer = df.writeStream.foreachBatch(self._applier(engine, target, checkpoint))
             else:
                 writer = df.writeStream.format("delta").outputMode("append")
                 if dataset.partition_cols:
@@ -152,14 +244,17 @@ class Runner:
                 return writer.start()
             return writer.toTable(target)
 
-    def _applier(self, engine: AutoCdcFlow, checkpoint: Path):
+    def _applier(self, engine: AutoCdcFlow, target: str, checkpoint: Path):
         note = checkpoint / APPLIED
+        name = engine.name or engine.target
 
         def apply(batch: DataFrame, batch_id: int) -> None:
             if note.is_file() and int(note.read_text()) >= batch_id:
-                say(f"flow {engine.name or engine.target}: batch {batch_id} already applied")
+                say(f"flow {name}: batch {batch_id} already applied")
                 return
-            self._log(engine.apply(batch))
+            # The event before the note: a crash between them replays the batch (a no-op
+            # in the engine) and logs it twice rather than never.
+            self._applied(name, target, self._apply(engine, batch), batch_id)
             partial = note.with_suffix(".tmp")
             partial.write_text(str(batch_id))
             partial.replace(note)
@@ -167,8 +262,8 @@ class Runner:
         return apply
 
     @staticmethod
-    def _log(metrics: object) -> None:
-        values = metrics.as_dict()  # type: ignore[attr-defined]
+    def _log(metrics: BatchMetrics) -> None:
+        values = metrics.as_dict()
         flow = values.pop("flow")
         say(f"flow {flow}: " + " ".join(f"{k}={v}" for k, v in values.items()))
 
@@ -197,13 +292,18 @@ class Runner:
         while not stop:
             deadline = time.monotonic() + interval
             while not stop and time.monotonic() < deadline:
-                for query in self.queries:
-                    if query.exception() is not None:
-                        raise query.exception()  # type: ignore[misc]
+                for flow, target, query in self.queries:
+                    error = query.exception()
+                    if error is not None:
+                        self.events.write(
+                            "error", flow=flow, target=target, error=self.failure or error
+                        )
+                        raise error
                 time.sleep(0.2)
             for dataset in self.graph.order:
                 if dataset.kind == "materialized_view" and not stop:
-                    self._update(dataset, Options())
-        for query in self.queries:
+                    self._materialize(dataset)
+        for flow, target, query in self.queries:
             query.stop()
+            self._stopped(flow, target)
         say("stopped")

@@ -1,0 +1,157 @@
+"""The event log: one Delta table per pipeline, at ``<storage>/event_log``, a row per event.
+
+Every event is its own append, committed before the run goes on, so a run killed at any
+moment leaves every event written before the kill (a Delta commit is all or nothing). The
+schema is a contract shared with the report and with scripts: columns are only ever added.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from autocdc.engine.metrics import BatchMetrics
+from autocdc.pipelines.position import Lag
+from autocdc.pipelines.project import Project
+
+EVENT_TYPES = (
+    "run_started",
+    "run_finished",
+    "run_failed",
+    "flow_started",
+    "flow_stopped",
+    "batch",
+    "error",
+)
+MESSAGE_LIMIT = 20_000  # a streaming failure carries a whole Python traceback
+
+SCHEMA = StructType(
+    [
+        StructField("run_id", StringType()),
+        StructField("pipeline", StringType()),
+        StructField("event_time", TimestampType()),
+        StructField("event_type", StringType()),
+        StructField("flow", StringType()),
+        StructField("target", StringType()),
+        StructField("batch_id", LongType()),
+        StructField("stream_batch_id", LongType()),
+        StructField("rows_in", LongType()),
+        StructField("upserted", LongType()),
+        StructField("deleted", LongType()),
+        StructField("quarantined", LongType()),
+        StructField("seconds", DoubleType()),
+        StructField("metrics", StringType()),
+        StructField("source_position", StringType()),
+        StructField("lag_files", LongType()),
+        StructField("lag_bytes", LongType()),
+        StructField("lag_seconds", DoubleType()),
+        StructField("error_class", StringType()),
+        StructField("message", StringType()),
+        StructField("host", StringType()),
+        StructField("pid", IntegerType()),
+    ]
+)
+
+
+def path(project: Project) -> Path:
+    return project.storage_path / "event_log"
+
+
+def error_class(error: BaseException) -> str:
+    """``AutoCdcError.error_class``, else the exception's class name."""
+    return getattr(error, "error_class", None) or type(error).__name__
+
+
+def read(spark: SparkSession, project: Project) -> DataFrame | None:
+    """The pipeline's events, or None before its first run."""
+    location = path(project)
+    if not (location / "_delta_log").is_dir():
+        return None
+    return spark.read.format("delta").load(str(location))
+
+
+@dataclass
+class EventLog:
+    """The writer of one run's events (``run_id`` is new for every ``autocdc run``)."""
+
+    spark: SparkSession
+    location: Path
+    pipeline: str
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @classmethod
+    def of(cls, spark: SparkSession, project: Project) -> EventLog:
+        return cls(spark, path(project), project.name)
+
+    def write(
+        self,
+        event_type: str,
+        *,
+        flow: str | None = None,
+        target: str | None = None,
+        metrics: BatchMetrics | None = None,
+        stream_batch_id: int | None = None,
+        position: list[dict[str, Any]] | None = None,
+        lag: Lag | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Append one event, committed when this returns."""
+        values = self.row(event_type, flow, target, metrics, stream_batch_id, position, lag, error)
+        frame = self.spark.createDataFrame([tuple(values[f.name] for f in SCHEMA)], SCHEMA)
+        frame.write.format("delta").mode("append").save(str(self.location))
+
+    def row(
+        self,
+        event_type: str,
+        flow: str | None,
+        target: str | None,
+        metrics: BatchMetrics | None,
+        stream_batch_id: int | None,
+        position: list[dict[str, Any]] | None,
+        lag: Lag | None,
+        error: BaseException | None,
+    ) -> dict[str, Any]:
+        """The event's column values (no Spark involved)."""
+        assert event_type in EVENT_TYPES, event_type
+        counts = metrics.as_dict() if metrics is not None else {}
+        return {
+            "run_id": self.run_id,
+            "pipeline": self.pipeline,
+            "event_time": datetime.now(timezone.utc),
+            "event_type": event_type,
+            "flow": flow,
+            "target": target,
+            "batch_id": counts.get("batch_id"),
+            "stream_batch_id": stream_batch_id,
+            "rows_in": counts.get("rows_in"),
+            "upserted": counts.get("upserted"),
+            "deleted": counts.get("deleted"),
+            "quarantined": counts.get("quarantined"),
+            "seconds": float(counts["seconds"]) if counts else None,
+            "metrics": json.dumps(counts, sort_keys=True) if counts else None,
+            "source_position": json.dumps(position) if position is not None else None,
+            "lag_files": lag.files if lag else None,
+            "lag_bytes": lag.bytes if lag else None,
+            "lag_seconds": lag.oldest_age_seconds if lag else None,
+            "error_class": error_class(error) if error is not None else None,
+            "message": str(error)[:MESSAGE_LIMIT] if error is not None else None,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }

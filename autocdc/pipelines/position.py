@@ -1,0 +1,166 @@
+"""Where a streaming flow stands: its sources, the offsets its checkpoint reached, its lag.
+
+All of it is driver-side and cheap, with no Spark job over user data: the query's plan
+names the sources, the checkpoint's offset log and file-source log say what was read,
+and a listing of the source folder (or of a source Delta table's ``_delta_log``) says
+what there is. Sources other than files and Delta tables have no lag (None).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from glob import has_magic
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import DataFrame
+
+FILE_FORMATS = {"json", "csv", "parquet", "orc", "text", "avro", "xml", "binaryfile"}
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Input not processed yet: files and bytes (file sources), versions (Delta sources),
+    and the age of the oldest of it. None where the sources cannot tell."""
+
+    files: int | None = None
+    bytes: int | None = None
+    versions: int | None = None
+    oldest_age_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _local(uri: str, root: Path) -> Path | None:
+    """A local path from ``file:/x``, ``file:///x`` or a plain path (relative to root)."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        return None
+    return root / unquote(parsed.path) if parsed.scheme else root / uri
+
+
+def sources(df: DataFrame, root: Path) -> list[dict[str, Any]]:
+    """The streaming sources of ``df`` in the order Spark numbers them in the checkpoint:
+    ``{"kind": "files" | "delta" | "other", "path": str | None}``. Relative paths are
+    the project's (``root``), as the runner has Spark resolve them."""
+    found: list[dict[str, Any]] = []
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+    while leaves.hasNext():
+        leaf = leaves.next()
+        if leaf.nodeName() == "StreamingRelation":
+            data_source = leaf.dataSource()
+            fmt = data_source.className().lower()
+            options = data_source.options()
+            given = options.get("path")
+            location = _local(given.get(), root) if given.isDefined() else None
+            kind = "delta" if "delta" in fmt else "files" if fmt in FILE_FORMATS else "other"
+            found.append({"kind": kind, "path": str(location) if location else None})
+        elif leaf.nodeName().startswith("StreamingRelation"):
+            found.append({"kind": "other", "path": None})
+    return found
+
+
+def committed(checkpoint: Path) -> int | None:
+    """The id of the last micro-batch the checkpoint records as done."""
+    ids = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+    return max(ids, default=None)
+
+
+def offsets(checkpoint: Path, batch_id: int | None) -> list[dict[str, Any] | None]:
+    """The end offset of each source for micro-batch ``batch_id`` (Spark's offset log:
+    a version line, the batch's metadata, then one line per source, ``-`` for none)."""
+    if batch_id is None:
+        return []
+    log = checkpoint / "offsets" / str(batch_id)
+    if not log.is_file():
+        return []
+    lines = log.read_text().splitlines()[2:]
+    return [None if line.strip() == "-" else json.loads(line) for line in lines]
+
+
+def position(found: list[dict[str, Any]], ends: list[dict[str, Any] | None]) -> list[dict]:
+    """The JSON ``source_position`` of the event log: each source with its end offset."""
+    return [
+        {**source, "offset": ends[i] if i < len(ends) else None} for i, source in enumerate(found)
+    ]
+
+
+def _visible(path: Path, top: Path) -> bool:
+    """Spark's file index skips names starting with ``_`` or ``.`` (below the source)."""
+    return not any(part.startswith(("_", ".")) for part in path.relative_to(top).parts)
+
+
+def _listing(location: Path) -> list[Path]:
+    if has_magic(str(location)):
+        return sorted(p for p in Path("/").glob(str(location).lstrip("/")) if p.is_file())
+    if location.is_file():
+        return [location]
+    return sorted(p for p in location.rglob("*") if p.is_file() and _visible(p, location))
+
+
+def _processed_files(log: Path, up_to: int) -> set[Path]:
+    """Files of a file source's checkpoint log (``sources/<i>/``) read by micro-batches
+    up to source batch ``up_to``; from the last compaction on (it holds all before it)."""
+    names = [p for p in log.glob("*") if p.name.split(".")[0].isdigit()]
+    compacts = [int(p.name.split(".")[0]) for p in names if p.name.endswith(".compact")]
+    start = max(compacts, default=0)
+    seen: set[Path] = set()
+    for entry in names:
+        if int(entry.name.split(".")[0]) < start:
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            record = json.loads(line)
+            if record["batchId"] <= up_to:
+                seen.add(Path(unquote(urlparse(record["path"]).path)))
+    return seen
+
+
+def _delta_versions(table: Path) -> list[int]:
+    logs = table / "_delta_log"
+    return sorted(int(m[1]) for p in logs.glob("*.json") if (m := _COMMIT.match(p.name)))
+
+
+def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoint: Path) -> Lag:
+    """What the sources hold beyond offsets ``ends`` (one per source, as in ``offsets``)."""
+    files = size = versions = None
+    oldest: float | None = None
+    now = time.time()
+    for i, source in enumerate(found):
+        end = ends[i] if i < len(ends) else None
+        location = Path(source["path"]) if source["path"] else None
+        if location is None:
+            continue
+        if source["kind"] == "files":
+            up_to = end["logOffset"] if end else -1
+            done = _processed_files(checkpoint / "sources" / str(i), up_to)
+            waiting = [p for p in _listing(location) if p not in done]
+            stats = [p.stat() for p in waiting]
+            files = (files or 0) + len(waiting)
+            size = (size or 0) + sum(s.st_size for s in stats)
+            ages = [now - s.st_mtime for s in stats]
+        elif source["kind"] == "delta":
+            known = _delta_versions(location)
+            if not known:
+                continue
+            # Delta's offset (v, index -1) means: nothing of version v read yet.
+            done_through = -1 if end is None else end["reservoirVersion"] - (end["index"] == -1)
+            behind = [v for v in known if v > done_through]
+            versions = (versions or 0) + max(0, known[-1] - done_through)
+            first = location / "_delta_log" / f"{behind[0]:020d}.json" if behind else None
+            ages = [now - first.stat().st_mtime] if first else []
+        else:
+            continue
+        if ages:
+            oldest = max(ages + ([oldest] if oldest is not None else []))
+    return Lag(files=files, bytes=size, versions=versions, oldest_age_seconds=oldest)
+
+
+def lag_now(found: list[dict[str, Any]], checkpoint: Path) -> Lag:
+    """The lag of a flow at rest: against the last micro-batch its checkpoint committed."""
+    return lag(found, offsets(checkpoint, committed(checkpoint)), checkpoint)

@@ -1,0 +1,116 @@
+"""Progress of a run: a live table of the running flows on a terminal (rich), else the
+plain ``autocdc: ...`` lines a log file or CI keeps."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from autocdc.pipelines.position import Lag
+
+
+@dataclass
+class FlowProgress:
+    flow: str
+    batches: int = 0
+    last_batch: int | None = None
+    rows: int = 0
+    seconds: float = 0.0
+    lag: Lag | None = None
+    state: str = "running"
+
+    @property
+    def rows_per_second(self) -> float | None:
+        return self.rows / self.seconds if self.seconds > 0 else None
+
+
+def describe_lag(lag: Lag | None) -> str:
+    """``2 files (1.2 kB), 3 versions, oldest 40 s``; ``-`` when the sources cannot tell."""
+    if lag is None:
+        return "-"
+    parts = []
+    if lag.files is not None:
+        parts.append(f"{lag.files} files ({lag.bytes or 0:,} bytes)")
+    if lag.versions is not None:
+        parts.append(f"{lag.versions} versions")
+    if lag.oldest_age_seconds is not None:
+        parts.append(f"oldest {lag.oldest_age_seconds:,.0f} s")
+    return ", ".join(parts) or "-"
+
+
+def _rate(speed: float | None) -> str:
+    """Rows per second, with a decimal below 10 (a tiny batch is not ``0 rows/s``)."""
+    if speed is None:
+        return "-"
+    return f"{speed:,.1f}" if speed < 10 else f"{speed:,.0f}"
+
+
+def line(progress: FlowProgress) -> str:
+    """One plain progress line (without the ``autocdc:`` prefix)."""
+    rate = f"{_rate(progress.rows_per_second)} rows/s"
+    return (
+        f"flow {progress.flow}: batch {progress.last_batch}, {progress.batches} batches, "
+        f"{progress.rows:,} rows, {rate}, lag {describe_lag(progress.lag)}"
+    )
+
+
+def render(flows: list[FlowProgress]) -> Table:
+    """The live table: one row per flow of the run."""
+    table = Table("flow", "state", "batch", "rows", "rows/s", "lag", box=None)
+    for p in flows:
+        table.add_row(
+            p.flow,
+            p.state,
+            "-" if p.last_batch is None else str(p.last_batch),
+            f"{p.rows:,}",
+            _rate(p.rows_per_second),
+            describe_lag(p.lag),
+        )
+    return table
+
+
+class Progress:
+    """Tracks each flow of a run; ``live`` (default: stdout is a terminal) shows the table,
+    else every batch prints a line."""
+
+    def __init__(self, live: bool | None = None, console: Console | None = None) -> None:
+        self.flows: dict[str, FlowProgress] = {}
+        self.live = sys.stdout.isatty() if live is None else live
+        self._display: Live | None = None
+        self._console = console
+
+    def __enter__(self) -> Progress:
+        if self.live:
+            self._display = Live(render([]), console=self._console, auto_refresh=False)
+            self._display.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._display is not None:
+            self._display.stop()
+            self._display = None
+
+    def started(self, flow: str, lag: Lag | None) -> None:
+        self.flows[flow] = FlowProgress(flow, lag=lag)
+        self._show()
+
+    def batch(self, flow: str, batch_id: int, rows: int, seconds: float, lag: Lag | None) -> None:
+        p = self.flows.setdefault(flow, FlowProgress(flow))
+        p.batches, p.last_batch, p.lag = p.batches + 1, batch_id, lag
+        p.rows, p.seconds = p.rows + rows, p.seconds + seconds
+        self._show()
+        if self._display is None:
+            print(f"autocdc: {line(p)}", flush=True)
+
+    def stopped(self, flow: str, lag: Lag | None) -> None:
+        p = self.flows.setdefault(flow, FlowProgress(flow))
+        p.state, p.lag = "done", lag
+        self._show()
+
+    def _show(self) -> None:
+        if self._display is not None:
+            self._display.update(render(list(self.flows.values())), refresh=True)
