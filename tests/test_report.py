@@ -15,17 +15,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pyspark.sql.types import (
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from autocdc import AutoCdcFlow
+from autocdc.pipelines import eventlog
 from autocdc.pipelines import project as projects
 from autocdc.pipelines.report import add_arguments, key_pair, write_report
 from autocdc.pipelines.report_html import (
@@ -46,32 +38,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-EVENT_LOG = StructType(
-    [
-        StructField("run_id", StringType()),
-        StructField("pipeline", StringType()),
-        StructField("event_time", TimestampType()),
-        StructField("event_type", StringType()),
-        StructField("flow", StringType()),
-        StructField("target", StringType()),
-        StructField("batch_id", LongType()),
-        StructField("stream_batch_id", LongType()),
-        StructField("rows_in", LongType()),
-        StructField("upserted", LongType()),
-        StructField("deleted", LongType()),
-        StructField("quarantined", LongType()),
-        StructField("seconds", DoubleType()),
-        StructField("metrics", StringType()),
-        StructField("source_position", StringType()),
-        StructField("lag_files", LongType()),
-        StructField("lag_bytes", LongType()),
-        StructField("lag_seconds", DoubleType()),
-        StructField("error_class", StringType()),
-        StructField("message", StringType()),
-        StructField("host", StringType()),
-        StructField("pid", IntegerType()),
-    ]
-)
 CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT"
 
 
@@ -85,7 +51,7 @@ def _project(tmp_path: Path, name: str) -> projects.Project:
 def _event(when: datetime, kind: str, flow: str | None, target: str | None, **values) -> tuple:
     row = {"run_id": "r1", "pipeline": "shop", "event_time": when, "event_type": kind}
     row |= {"flow": flow, "target": target, "host": "h", "pid": 1, **values}
-    return tuple(row.get(field.name) for field in EVENT_LOG.fields)
+    return tuple(row.get(field.name) for field in eventlog.SCHEMA.fields)
 
 
 def _events(customers: str, orders: str) -> list[tuple]:
@@ -151,7 +117,7 @@ def shop(spark, tmp_path_factory):
         )
     )
     project = _project(tmp_path_factory.mktemp("report"), "shop")
-    log = spark.createDataFrame(_events(customers, orders), EVENT_LOG)
+    log = spark.createDataFrame(_events(customers, orders), eventlog.SCHEMA)
     log.write.format("delta").save(str(project.storage_path / "event_log"))
     return project, customers
 

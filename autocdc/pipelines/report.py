@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 
 from autocdc import AutoCdcError, spark_session
 from autocdc.engine.spec import END_AT, START_AT
-from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, has_commits, ident
+from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, ident
+from autocdc.pipelines import eventlog
 from autocdc.pipelines import project as projects
 from autocdc.pipelines.report_html import (
     Batch,
@@ -54,10 +55,6 @@ def key_pair(value: str) -> tuple[str, str]:
     return column.strip(), wanted
 
 
-def event_log_path(project: projects.Project) -> Path:
-    return project.storage_path / "event_log"
-
-
 def write_report(
     spark: SparkSession,
     project: projects.Project,
@@ -66,13 +63,12 @@ def write_report(
 ) -> Path:
     """Write ``out/index.html`` (one self-contained file) and return its path."""
     require_matplotlib()
-    log_path = event_log_path(project)
-    events = spark.read.format("delta").load(str(log_path)) if has_commits(log_path) else None
+    events = eventlog.read(spark, project)
     flows = _flows(spark, project, events)
     page = Page(
         pipeline=project.name,
         generated_at=datetime.now().astimezone(),  # Spark's times come back local too
-        event_log=str(log_path),
+        event_log=str(eventlog.path(project)),
         event_log_found=events is not None,
         key=dict(key or {}),
         flows=[_status(spark, events, flow, target, key or {}) for flow, target in flows],
