@@ -8,6 +8,7 @@ exits with status 2 before anything is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -129,6 +130,29 @@ def _report(args: argparse.Namespace, spec: project.Project, spark: SparkSession
     return 0
 
 
+def _run(args: argparse.Namespace, spec: project.Project) -> int:
+    """``run``, ``dry-run``, ``status`` and ``history``: in the project's folder and session."""
+    os.chdir(spec.root)  # relative paths in the definitions are the project's
+    spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
+    if args.command in ("status", "history"):
+        return _report(args, spec, spark)
+    options = runner.Options(
+        full_refresh=getattr(args, "full_refresh", set()),
+        full_refresh_all=getattr(args, "full_refresh_all", False),
+        refresh=getattr(args, "refresh", None),
+        continuous=getattr(args, "continuous", False),
+        trigger_seconds=getattr(args, "trigger_interval", 10.0),
+    )
+    resolved = resolve(spec, spark, options)
+    order = ", ".join(d.name for d in resolved.order)
+    runner.say(f"pipeline {spec.name}: {len(resolved.order)} datasets ({order})")
+    if args.command == "dry-run":
+        runner.say("dry run: every definition resolved, nothing written")
+        return 0
+    runner.Runner(spark, spec, resolved).run(options)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``autocdc`` script; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -143,30 +167,14 @@ def main(argv: list[str] | None = None) -> int:
             print(Path(__file__).resolve().parent.parent / "__main__.py")
             return 0
         spec = project.load(args.spec or project.find_spec(Path.cwd()))
-        expiry = lock.expiry_seconds(spec)  # checked before Spark starts
-        os.chdir(spec.root)  # relative paths in the definitions are the project's
-        spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
-        if args.command in ("status", "history"):
-            return _report(args, spec, spark)
-        options = runner.Options(
-            full_refresh=getattr(args, "full_refresh", set()),
-            full_refresh_all=getattr(args, "full_refresh_all", False),
-            refresh=getattr(args, "refresh", None),
-            continuous=getattr(args, "continuous", False),
-            trigger_seconds=getattr(args, "trigger_interval", 10.0),
-        )
-        resolved = resolve(spec, spark, options)
-        order = ", ".join(d.name for d in resolved.order)
-        runner.say(f"pipeline {spec.name}: {len(resolved.order)} datasets ({order})")
-        if args.command == "dry-run":
-            runner.say("dry run: every definition resolved, nothing written")
-            return 0
-        with lock.hold(spec.storage_path, spec.name, expiry):  # one run at a time
-            runner.Runner(spark, spec, resolved).run(options)
+        with contextlib.ExitStack() as held:
+            if args.command == "run":  # one run at a time: refused before Spark starts
+                expiry = lock.expiry_seconds(spec)
+                held.enter_context(lock.hold(spec.storage_path, spec.name, expiry))
+            return _run(args, spec)
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # not ours to explain: its gist here, the details logged
         print(f"autocdc: {_gist(error)}\n(details in {_record(error)})", file=sys.stderr)
         return 1
-    return 0
