@@ -78,21 +78,32 @@ def hold(
 ) -> Iterator[Lease]:
     """Hold the pipeline's run lock for the block; raises :class:`PipelineLockedError` if
     another run holds it, :class:`PipelineLockLostError` if this run lost it meanwhile.
+    A storage folder the lease had to create is removed with it if still empty: a run
+    that fails before writing anything leaves nothing behind.
 
     >>> with hold(spec.storage_path, spec.name, expiry_seconds(spec)):  # doctest: +SKIP
     ...     runner.Runner(spark, spec, resolved).run(options)
     """
-    lease = Lease.acquire(Path(storage) / LEASE, pipeline, expiry)
+    folder = Path(storage)
+    created = not folder.exists()
+    lease = Lease.acquire(folder / LEASE, pipeline, expiry)
     try:
         yield lease
     except BaseException as error:
-        lease.release()
+        _release(lease, folder if created else None)
         if lease.lost is not None:
             raise lease.lost from error
         raise
-    lease.release()
+    _release(lease, folder if created else None)
     if lease.lost is not None:
         raise lease.lost
+
+
+def _release(lease: Lease, created: Path | None) -> None:
+    lease.release()
+    if created is not None:
+        with contextlib.suppress(OSError):  # not empty: the run wrote there
+            created.rmdir()
 
 
 @dataclass(frozen=True)
