@@ -21,12 +21,14 @@ from autocdc.engine.errors import (
     TrackHistoryWithScd1Error,
     TruncateWithScd2Error,
     UnknownColumnError,
+    UnknownConnectorError,
 )
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.logs import log_file
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.sequences import debezium_sequence, hex_sequence, parse_hex_sequence
+from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.session import spark_session
+from autocdc.sources.debezium import debezium_changes, debezium_sequence
 
 __all__ = [
     "AutoCdcError",
@@ -49,6 +51,8 @@ __all__ = [
     "TrackHistoryWithScd1Error",
     "TruncateWithScd2Error",
     "UnknownColumnError",
+    "UnknownConnectorError",
+    "debezium_changes",
     "debezium_sequence",
     "hex_sequence",
     "log_file",

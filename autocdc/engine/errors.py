@@ -111,6 +111,11 @@ class InvalidSequenceValueError(AutoCdcError):
     template = "{value!r} is not a valid {kind}: {why}. Expected e.g. {example}."
 
 
+class UnknownConnectorError(AutoCdcError):
+    error_class = "AUTOCDC_UNKNOWN_CONNECTOR"
+    template = "Connector {connector!r} is not supported. Use one of {connectors}."
+
+
 class DuplicateColumnError(AutoCdcError):
     error_class = "AUTOCDC_DUPLICATE_COLUMN"
     template = "`{field}` names {columns} more than once. List each column once."

@@ -8,7 +8,6 @@ to four hexadecimal sections separated by ``/``, compared section by section as 
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -55,20 +54,4 @@ def hex_sequence(column: str | Column) -> Column:
                 for i in range(MAX_SECTIONS)
             ]
         ),
-    )
-
-
-def debezium_sequence(connector: Literal["postgresql", "mysql"], source: str = "source") -> Column:
-    """The position of a Debezium change event, from its ``source`` block.
-
-    PostgreSQL orders by ``lsn``; MySQL by binlog ``file`` (names sort in order), then
-    ``pos`` and ``row``.
-    """
-    block = F.col(source)
-    if connector == "postgresql":
-        return F.struct(block["lsn"].cast("long").alias("lsn"))
-    return F.struct(
-        block["file"].alias("file"),
-        block["pos"].cast("long").alias("pos"),
-        block["row"].cast("long").alias("row"),
     )

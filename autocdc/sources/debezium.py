@@ -1,0 +1,201 @@
+"""Debezium change events (JSON) as change rows an AutoCdcFlow applies.
+
+An event value is a Debezium envelope, bare or wrapped as ``{"schema": ..., "payload":
+...}``: ``op`` (``c`` create, ``r`` snapshot read, ``u`` update, ``d`` delete, ``t``
+truncate), the row ``before`` and ``after`` the change, and ``source``, where in the
+database's log the change is. Each becomes one change row in the BigQuery CDC shape:
+
+- the row's columns, from ``after`` (from ``before`` for a delete; all NULL for a truncate);
+- ``_CHANGE_TYPE``: ``UPSERT``, ``DELETE`` or ``TRUNCATE``;
+- ``_CHANGE_SEQUENCE_NUMBER``: the change's position in commit order, as hex sections
+  separated by ``/`` (order it with :func:`autocdc.hex_sequence`), never processing time.
+
+The position, section by section (each an unsigned 64-bit number in hex):
+
+- first, ``0`` for a snapshot read (``source.snapshot`` set and not ``false`` or
+  ``incremental``) and ``1`` for a change: a snapshot is the starting state, and every
+  change streamed after it is newer, even one whose log position is lower (a PostgreSQL
+  transaction that began before the snapshot and committed after it). Snapshot reads
+  order among themselves by position: a later snapshot wins over an earlier one.
+- PostgreSQL: ``C/L``. Change LSNs of concurrent transactions interleave, so ``lsn``
+  alone is not commit order. Debezium's ``source.sequence`` is ``["<lastCommitLsn>",
+  "<lsn>"]`` (decimal strings): events arrive a whole transaction at a time in commit
+  order, and the last commit LSN seen grows with each transaction. ``L`` is the event's
+  LSN (``sequence[1]``, else ``source.lsn``) and ``C`` is the greater of the last commit
+  LSN and ``L``: still commit order when the last commit LSN is NULL (the first
+  transaction a new connector streams), and whether Debezium reports the previous
+  transaction's commit LSN (today) or the enclosing one's. Without ``sequence``
+  (Debezium before 1.5) ``C`` is ``L``: plain LSN order, which misorders interleaved
+  transactions that change the same row.
+- MySQL: ``F/P/R``: the binlog file's number (``mysql-bin.000003`` is 3: names stop
+  sorting as text past ``.999999``), ``pos`` and ``row``. The binlog is written in commit
+  order. ``row`` may be absent (0).
+
+An event that cannot be mapped (not JSON, a field of the wrong type, an unknown or NULL
+``op``, no ``after`` for ``c``/``r``/``u`` or ``before`` for ``d``, a missing or malformed
+position) is kept, with its raw text in Spark's corrupt-record column: the flow
+quarantines it as ``AUTOCDC_MALFORMED_RECORD`` and goes on. A NULL or blank value (a
+Kafka tombstone after a delete, an empty line) carries no change and is skipped.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Literal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StringType, StructField, StructType
+
+from autocdc.engine.errors import UnknownConnectorError
+from autocdc.engine.sequences import hex_sequence
+from autocdc.engine.stage import CORRUPT_RECORD_CONF
+
+Connector = Literal["postgresql", "mysql"]
+CONNECTORS: tuple[str, ...] = ("postgresql", "mysql")
+CHANGE_TYPE = "_CHANGE_TYPE"
+CHANGE_SEQUENCE_NUMBER = "_CHANGE_SEQUENCE_NUMBER"
+
+MAX_UNSIGNED_64 = Decimal(2**64 - 1)
+
+
+def _unsigned(text: Column) -> Column:
+    """A decimal text as a number, NULL unless it is a whole number from 0 to 2^64 - 1."""
+    number = F.when(text.rlike(r"^[0-9]{1,20}$"), text.try_cast("decimal(20,0)"))
+    return F.when(number <= F.lit(MAX_UNSIGNED_64), number)
+
+
+def _hex(number: Column) -> Column:
+    return F.conv(number.cast("string"), 10, 16)
+
+
+def _field(source: Column, name: str) -> Column:
+    """A field of the ``source`` block (JSON text) as text; NULL when absent."""
+    return F.get_json_object(source, f"$.{name}")
+
+
+def _change_rank(source: Column) -> Column:
+    """0 for a snapshot read, 1 for a change (see the module docstring)."""
+    snapshot = F.lower(_field(source, "snapshot"))
+    return F.when(snapshot.isNull() | snapshot.isin("false", "incremental"), 1).otherwise(0)
+
+
+def _postgres_position(source: Column) -> Column:
+    sequence_text = _field(source, "sequence")
+    sequence = F.from_json(sequence_text, "array<string>")
+    last_commit_text = F.get(sequence, 0)
+    last_commit = _unsigned(last_commit_text)
+    lsn = _unsigned(F.coalesce(F.get(sequence, 1), _field(source, "lsn")))
+    sequence_ok = sequence_text.isNull() | F.coalesce(
+        (F.size(sequence) == 2) & (last_commit_text.isNull() | last_commit.isNotNull()),
+        F.lit(False),
+    )
+    position = F.format_string(
+        "%d/%s/%s", _change_rank(source), _hex(F.greatest(last_commit, lsn)), _hex(lsn)
+    )
+    return F.when(sequence_ok & lsn.isNotNull(), position)
+
+
+def _mysql_position(source: Column) -> Column:
+    file_number = _unsigned(F.regexp_extract(_field(source, "file"), r"\.([0-9]+)$", 1))
+    pos = _unsigned(_field(source, "pos"))
+    row = _unsigned(F.coalesce(_field(source, "row"), F.lit("0")))
+    position = F.format_string(
+        "%d/%s/%s/%s", _change_rank(source), _hex(file_number), _hex(pos), _hex(row)
+    )
+    return F.when(file_number.isNotNull() & pos.isNotNull() & row.isNotNull(), position)
+
+
+def debezium_position(connector: Connector, source: Column) -> Column:
+    """The ``_CHANGE_SEQUENCE_NUMBER`` of an event from its ``source`` block as JSON text;
+    NULL when the position is missing or malformed."""
+    if connector not in CONNECTORS:
+        raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
+    return _postgres_position(source) if connector == "postgresql" else _mysql_position(source)
+
+
+def debezium_sequence(connector: Connector, source: str | Column = "source") -> Column:
+    """The commit-order position of a Debezium event from its parsed ``source`` struct, as
+    a ``sequence_by`` value; NULL (so quarantined) when missing or malformed.
+
+    The same order as :func:`debezium_changes`' ``_CHANGE_SEQUENCE_NUMBER``:
+
+    >>> flow = AutoCdcFlow(target="t", keys=["id"], sequence_by=debezium_sequence("mysql"),
+    ...                    except_column_list=["source"])  # doctest: +SKIP
+    """
+    block = F.col(source) if isinstance(source, str) else source
+    return hex_sequence(debezium_position(connector, F.to_json(block)))
+
+
+def _envelope(row: DataType) -> StructType:
+    return StructType(
+        [
+            StructField("op", StringType()),
+            StructField("before", row),
+            StructField("after", row),
+            StructField("source", StringType()),  # kept as JSON text: fields vary by version
+        ]
+    )
+
+
+def debezium_changes(
+    events: DataFrame,
+    row_schema: str | StructType,
+    connector: Connector,
+    value: str = "value",
+) -> DataFrame:
+    """Debezium event values (JSON text or bytes, e.g. Kafka's ``value`` or the lines of
+    ``spark.read.text``) as change rows: ``row_schema``'s columns, ``_CHANGE_TYPE``,
+    ``_CHANGE_SEQUENCE_NUMBER`` and the corrupt-record column (the raw text of an event
+    that cannot be mapped, else NULL). Lazy: works on a streaming DataFrame too.
+
+    ``row_schema`` describes ``before``/``after`` as Debezium writes them (e.g. a
+    PostgreSQL timestamp is epoch microseconds: read it as BIGINT and convert later).
+
+    >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",
+    ...                            "postgresql")  # doctest: +SKIP
+    >>> AutoCdcFlow(target="customers", keys=["id"],
+    ...             sequence_by=hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
+    ...             apply_as_deletes="_CHANGE_TYPE = 'DELETE'",
+    ...             apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
+    ...             except_column_list=["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
+    ...             ).apply(changes)  # doctest: +SKIP
+    """
+    if connector not in CONNECTORS:
+        raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
+    row = DataType.fromDDL(row_schema) if isinstance(row_schema, str) else row_schema
+    corrupt = str(events.sparkSession.conf.get(CORRUPT_RECORD_CONF, "_corrupt_record"))
+    envelope = _envelope(row)
+    schema = StructType(
+        [
+            StructField("payload", envelope),
+            *envelope.fields,
+            StructField(corrupt, StringType()),
+        ]
+    )
+    text = F.col(value).cast("string")
+    parsed = events.where(F.trim(text) != "").select(
+        text.alias("raw"),
+        F.from_json(text, schema, {"columnNameOfCorruptRecord": corrupt}).alias("e"),
+    )
+    e = F.col("e")
+    event = F.when(e["payload"].isNotNull(), e["payload"]).otherwise(
+        F.struct(*[e[name] for name in envelope.names])
+    )
+    op = event["op"]
+    image = F.when(op == "d", event["before"]).when(op != "t", event["after"])
+    change_type = F.when(op.isin("c", "r", "u"), "UPSERT").when(op == "d", "DELETE")
+    change_type = change_type.when(op == "t", "TRUNCATE")
+    position = debezium_position(connector, event["source"])
+    mapped = (
+        e[corrupt].isNull()
+        & change_type.isNotNull()
+        & ((op == "t") | image.isNotNull())
+        & position.isNotNull()
+    )
+    return parsed.select(
+        image.alias("image"),
+        change_type.alias(CHANGE_TYPE),
+        position.alias(CHANGE_SEQUENCE_NUMBER),
+        F.when(~F.coalesce(mapped, F.lit(False)), F.col("raw")).alias(corrupt),
+    ).select("image.*", CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt)
