@@ -7,16 +7,20 @@ Kafka tombstone); the last lines of each ``-1`` file are the malformed events.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from test_pipelines import run
 
 import autocdc
 from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
 
 DATA = Path(__file__).parent / "data" / "debezium"
+EXAMPLE = Path(__file__).parent.parent / "pipelines" / "debezium"
 ROW = "id INT, name STRING, city STRING"
 OUT = f"{ROW}, _CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, _corrupt_record STRING"
 BAD_PG, BAD_MYSQL = 6, 4  # malformed events at the end of postgres-1 and mysql-1
@@ -153,3 +157,25 @@ def test_unknown_connector_is_refused_before_spark():
     with pytest.raises(autocdc.UnknownConnectorError) as err:
         autocdc.debezium_sequence("oracle")  # type: ignore[arg-type]
     assert err.value.params["connector"] == "oracle"
+
+
+def test_example_pipeline(spark, tmp_path, new_table, monkeypatch):
+    """pipelines/debezium, run in a copy with its own database, ends as check.py says."""
+    root = tmp_path / "debezium"
+    shutil.copytree(
+        EXAMPLE, root, ignore=shutil.ignore_patterns("storage", "warehouse", "autocdc-*")
+    )
+    database = new_table("dbz_example")
+    spec = root / "spark-pipeline.yml"
+    spec.write_text(spec.read_text() + f"database: {database}\n")
+    monkeypatch.chdir(root)
+    run(spark, spec)
+
+    loader = importlib.util.spec_from_file_location("debezium_check", root / "check.py")
+    check = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(check)
+    spark.catalog.setCurrentDatabase(database)
+    try:
+        assert check.check(spark)
+    finally:
+        spark.catalog.setCurrentDatabase("default")
