@@ -27,6 +27,7 @@ from autocdc.engine.logs import log_file
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import debezium_sequence, hex_sequence, parse_hex_sequence
 from autocdc.engine.session import spark_session
+from autocdc.sources.postgres import postgres_table
 
 __all__ = [
     "AutoCdcError",
@@ -53,5 +54,6 @@ __all__ = [
     "hex_sequence",
     "log_file",
     "parse_hex_sequence",
+    "postgres_table",
     "spark_session",
 ]

@@ -84,8 +84,8 @@ class Server:
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self.connect() as conn:
-            return conn.execute(sql, params).fetchall()
+            return conn.execute(sql, params or None).fetchall()
 
     def execute(self, sql: str, params: tuple = ()) -> None:
         with self.connect() as conn:
-            conn.execute(sql, params)
+            conn.execute(sql, params or None)

@@ -7,9 +7,8 @@ reads its own rows from there, typed by the schema declared here.
 
 import os
 
-from autocdc import hex_sequence
+from autocdc import hex_sequence, postgres_table
 from autocdc import pipelines as dp
-from autocdc.sources.postgres import postgres_table
 
 DSN = os.environ.get("AUTOCDC_POSTGRES_DSN", "host=127.0.0.1 port=5432 dbname=shop user=postgres")
 SCHEMAS = {
