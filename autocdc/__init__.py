@@ -29,6 +29,7 @@ from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.session import spark_session
 from autocdc.sources.debezium import debezium_changes, debezium_sequence
+from autocdc.sources.postgres import postgres_table
 
 __all__ = [
     "AutoCdcError",
@@ -57,5 +58,6 @@ __all__ = [
     "hex_sequence",
     "log_file",
     "parse_hex_sequence",
+    "postgres_table",
     "spark_session",
 ]

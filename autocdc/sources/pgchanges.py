@@ -1,0 +1,177 @@
+"""Turn decoded pgoutput messages (and snapshot rows) into change rows.
+
+A change row is one row of :data:`CHANGES_SCHEMA`: the table, the BigQuery-style
+``_CHANGE_TYPE`` (UPSERT, DELETE, TRUNCATE) and ``_CHANGE_SEQUENCE_NUMBER``, and the row's
+values as a JSON object (typed JSON for numbers, booleans and json columns, strings for
+the rest), so one stream can carry every table of a publication and each flow parses its
+own table with its own schema (:func:`autocdc.sources.postgres.postgres_table`).
+
+The sequence is ``<commit LSN>/<position in the transaction>`` in hex sections: ordered
+section by section as numbers it is exactly the order PostgreSQL committed the changes
+in. Snapshot rows of the initial load get ``0/0/0``, below every streamed change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from autocdc.sources import pgoutput as pg
+
+CHANGES_SCHEMA = (
+    "table STRING, _CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, data STRING, "
+    "lsn STRING, xid BIGINT, _corrupt_record STRING"
+)
+SNAPSHOT_SEQUENCE = "0/0/0"
+UPSERT, DELETE, TRUNCATE = "UPSERT", "DELETE", "TRUNCATE"
+
+ChangeRow = tuple[str | None, str | None, str | None, str | None, str, int | None, str | None]
+
+_NUMBERS = {20, 21, 23, 26, 700, 701, 1700}  # int8, int2, int4, oid, float4, float8, numeric
+_BOOL, _JSON, _JSONB = 16, 114, 3802
+_FLOAT_WORDS = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
+
+
+def json_value(text: str | None, type_oid: int) -> str:
+    """One column's PostgreSQL text form as a JSON token Spark's ``from_json`` types back."""
+    if text is None:
+        return "null"
+    if type_oid == _BOOL:  # "t" from the log, "true" from a snapshot's ::text
+        return "true" if text in ("t", "true") else "false"
+    if type_oid in _NUMBERS:
+        return _FLOAT_WORDS.get(text, text) if type_oid != 1700 else _numeric(text)
+    if type_oid in (_JSON, _JSONB):
+        return text
+    return json.dumps(text)
+
+
+def _numeric(text: str) -> str:
+    """A numeric's NaN or infinity cannot be a decimal: a string makes it quarantined."""
+    return json.dumps(text) if text in ("NaN", "Infinity", "-Infinity") else text
+
+
+def json_object(names: Sequence[str], values: Sequence[str | None], oids: Sequence[int]) -> str:
+    columns = zip(names, values, oids, strict=True)
+    fields = (f"{json.dumps(name)}:{json_value(value, oid)}" for name, value, oid in columns)
+    return "{" + ",".join(fields) + "}"
+
+
+def snapshot_row(table: str, lsn: str, names: Sequence[str], values, oids) -> ChangeRow:
+    return (table, UPSERT, SNAPSHOT_SEQUENCE, json_object(names, values, oids), lsn, None, None)
+
+
+@dataclass
+class Unreadable(Exception):
+    """A change that cannot be mapped to a row: it goes to quarantine with this reason."""
+
+    reason: str
+
+
+class ChangeDecoder:
+    """Reads one peek of the slot, message by message, in order.
+
+    ``keys``: each table's key columns. ``start``/``end``: only transactions whose commit
+    LSN is in ``[start, end)`` become rows (a peek starts where the slot was last advanced,
+    which can be before ``start`` if a crash came between a batch and its commit).
+    """
+
+    def __init__(self, keys: Mapping[str, Sequence[str]], start: int, end: int) -> None:
+        self.keys = keys
+        self.start, self.end = start, end
+        self.relations: dict[int, pg.Relation] = {}
+        self.begin: pg.Begin | None = None
+        self.position = 0
+
+    def feed(self, lsn: str, data: bytes) -> Iterator[ChangeRow]:
+        try:
+            message = pg.decode(data)
+        except pg.DecodeError as error:
+            yield self._unreadable(None, lsn, str(error), data)
+            return
+        if isinstance(message, pg.Relation):
+            self.relations[message.oid] = message
+        elif isinstance(message, pg.Begin):
+            self.begin, self.position = message, 0
+        elif isinstance(message, pg.Commit):
+            self.begin = None
+        elif message is not None and self._wanted():
+            yield from self._changes(message, lsn, data)
+
+    def _wanted(self) -> bool:
+        return self.begin is not None and self.start <= self.begin.commit_lsn < self.end
+
+    def _sequence(self) -> str:
+        assert self.begin is not None
+        self.position += 1
+        return f"{pg.format_lsn(self.begin.commit_lsn)}/{self.position:X}"
+
+    def _changes(self, message: pg.Message, lsn: str, data: bytes) -> Iterator[ChangeRow]:
+        if isinstance(message, pg.Truncate):
+            sequence = self._sequence()
+            for oid in message.relations:
+                relation = self.relations.get(oid)
+                if relation is not None and relation.qualified in self.keys:
+                    yield self._row(relation.qualified, TRUNCATE, sequence, "{}", lsn)
+            return
+        relation = self.relations.get(message.relation)
+        if relation is None:
+            yield self._unreadable(None, lsn, "change before its relation message", data)
+            return
+        if relation.qualified not in self.keys:
+            return
+        try:
+            rows = list(self._rows(relation, message))
+        except Unreadable as bad:
+            yield self._unreadable(relation.qualified, lsn, bad.reason, data)
+            return
+        sequence = self._sequence()
+        for op, payload in rows:
+            yield self._row(relation.qualified, op, sequence, payload, lsn)
+
+    def _rows(self, relation: pg.Relation, message: pg.Message) -> Iterator[tuple[str, str]]:
+        names = [c.name for c in relation.columns]
+        oids = [c.type_oid for c in relation.columns]
+        keys = list(self.keys[relation.qualified])
+        if isinstance(message, pg.Delete):
+            yield DELETE, self._key_object(relation, message.old, keys, "a delete")
+            return
+        assert isinstance(message, pg.Insert | pg.Update)
+        new = list(message.new)
+        old = message.old if isinstance(message, pg.Update) else None
+        for i, value in enumerate(new):
+            if value is pg.UNCHANGED_TOAST:
+                if old is None or old[i] is pg.UNCHANGED_TOAST:
+                    raise Unreadable(
+                        f"update of {relation.qualified} did not send unchanged large value "
+                        f"of column {names[i]!r}: set REPLICA IDENTITY FULL on the table "
+                        "so updates carry every value"
+                    )
+                new[i] = old[i]
+        if old is not None:
+            old_key = self._key_object(relation, old, keys, "an update's old row")
+            if old_key != self._key_object(relation, tuple(new), keys, "an update"):
+                yield DELETE, old_key  # the key changed: the old row is gone
+        yield UPSERT, json_object(names, new, oids)
+
+    @staticmethod
+    def _key_object(relation: pg.Relation, values: pg.Values, keys: list[str], what: str) -> str:
+        index = {c.name: i for i, c in enumerate(relation.columns)}
+        missing = [k for k in keys if k not in index or values[index[k]] is None]
+        if missing:
+            raise Unreadable(
+                f"{what} of {relation.qualified} does not carry key column(s) {missing}: "
+                "set REPLICA IDENTITY FULL on the table (or use its primary key as keys)"
+            )
+        oids = [relation.columns[index[k]].type_oid for k in keys]
+        return json_object(keys, [values[index[k]] for k in keys], oids)
+
+    def _row(self, table: str, op: str, sequence: str, payload: str, lsn: str) -> ChangeRow:
+        assert self.begin is not None
+        return (table, op, sequence, payload, lsn, self.begin.xid, None)
+
+    def _unreadable(self, table: str | None, lsn: str, reason: str, data: bytes) -> ChangeRow:
+        """Quarantined by every flow of the table (of every table, when it is not known)."""
+        raw = json.dumps({"reason": reason, "lsn": lsn, "message": bytes(data).hex()})
+        xid = self.begin.xid if self.begin is not None else None
+        return (table, None, None, None, lsn, xid, raw)
