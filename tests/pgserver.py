@@ -60,7 +60,7 @@ class Server:
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c wal_level=logical "
             "-c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off"
+            "-c full_page_writes=off"
         )
         self._run(
             "pg_ctl",
@@ -77,7 +77,8 @@ class Server:
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not os.environ.get("AUTOCDC_KEEP_PG"):
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.dsn, autocommit=True)

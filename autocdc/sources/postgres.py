@@ -235,7 +235,7 @@ class PostgresStreamReader(DataSourceStreamReader):
         return {"lsn": lsn, "snapshot": snapshot}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if "snapshot" in end:
+        if start == START:
             return [
                 SnapshotPartition(self.config, table, end["snapshot"], end["lsn"])
                 for table in self.config.tables
@@ -281,7 +281,9 @@ def _read_snapshot(part: SnapshotPartition) -> Iterator[tuple]:
     import psycopg
 
     with _connect(part.config.dsn) as conn:
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # The transaction psycopg begins: importing a snapshot must be its first statement.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
         try:
             conn.execute(f"SET TRANSACTION SNAPSHOT '{part.snapshot}'")
         except psycopg.Error as error:
