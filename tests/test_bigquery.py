@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+from test_pipelines import run
 
 import autocdc
 from autocdc.engine.errors import (
@@ -18,6 +23,7 @@ from autocdc.engine.errors import (
     QUARANTINE_UNKNOWN_CHANGE_TYPE,
 )
 
+EXAMPLE = Path(__file__).resolve().parent.parent / "pipelines" / "bigquery"
 SCHEMA = "id int, name string, _CHANGE_TYPE string, _CHANGE_SEQUENCE_NUMBER string"
 TARGET = "id int, name string"
 # Each key's winner differs from the one a string comparison of the sequence would pick.
@@ -148,3 +154,54 @@ def test_explicit_options_ignore_the_change_type(spark, new_table):
     flow = autocdc.AutoCdcFlow(target=new_table("bqe"), keys=["id"], apply_as_deletes="id = 3")
     flow.apply(frame(spark, [(1, "a", "MERGE", "1"), (3, "c", "UPSERT", "1")]))
     assert_rows(spark, spark.table(flow.target), [(1, "a")])
+
+
+def test_example_pipeline(spark, tmp_path, new_table):
+    """pipelines/bigquery (Python SCD1 and SQL SCD2 flows with no sequence), on a copy."""
+    root = tmp_path / "bigquery"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("storage", "warehouse"))
+    database = new_table("bq_example")
+    spec = root / "spark-pipeline.yml"
+    spec.write_text(spec.read_text().replace("database: bigquery_demo", f"database: {database}"))
+    run(spark, spec)
+
+    orders = [
+        (1, "ada", "shipped", Decimal("30.00")),
+        (2, "bob", "paid", Decimal("12.50")),
+        (6, "fay", "placed", Decimal("21.00")),
+    ]
+    assert_rows(
+        spark,
+        spark.table(f"{database}.orders"),
+        orders,
+        "order_id bigint, customer string, status string, amount decimal(10,2)",
+    )
+    history = spark.table(f"{database}.orders_history").select(
+        "order_id", "status", "__START_AT", "__END_AT"
+    )
+    versions = [
+        (1, "placed", "9/FFFFFFFF", "16/B374D848"),
+        (1, "shipped", "16/B374D848", None),
+        (2, "placed", "A", "A/0"),
+        (2, "paid", "A/0", None),
+        (3, "placed", "B", "C"),
+        (6, "placed", "1F", None),
+    ]
+    expected = spark.createDataFrame(versions, "order_id bigint, status string, s string, e string")
+    expected = expected.select(
+        "order_id",
+        "status",
+        autocdc.hex_sequence("s").alias("__START_AT"),
+        autocdc.hex_sequence("e").alias("__END_AT"),
+    )
+    assert_rows(spark, history, expected.collect(), expected.schema)
+    for flow in ("orders", "orders_history"):
+        quarantine = spark.table(f"{database}.{flow}__autocdc_quarantine")
+        assert_rows(
+            spark,
+            quarantine.select(
+                F.get_json_object("row", "$.order_id").cast("int").alias("order_id"), "reason"
+            ),
+            [(4, QUARANTINE_MALFORMED_SEQUENCE), (5, QUARANTINE_UNKNOWN_CHANGE_TYPE)],
+            "order_id int, reason string",
+        )
