@@ -118,12 +118,16 @@ def test_rows_the_change_columns_cannot_place_are_quarantined(spark, new_table):
     )
 
 
-def test_feed_without_a_sequence_is_refused_naming_both_fixes(spark, new_table):
+@pytest.mark.parametrize(
+    ("sequence", "found"), [(None, None), ("_CHANGE_SEQUENCE_NUMBER bigint", "bigint")]
+)
+def test_feed_without_a_text_sequence_is_refused(spark, new_table, sequence, found):
     flow = autocdc.AutoCdcFlow(target=new_table("bqm"), keys=["id"])
-    feed = spark.createDataFrame([(1, "a", "UPSERT")], "id int, name string, _CHANGE_TYPE string")
+    schema = ", ".join(c for c in ("id int", "_CHANGE_TYPE string", sequence) if c)
+    feed = spark.createDataFrame([], schema)
     with pytest.raises(autocdc.MissingSequenceError) as err:
         flow.check(feed)
-    assert err.value.params["available"] == ["id", "name", "_CHANGE_TYPE"]
+    assert err.value.params == {"type": found, "available": feed.columns}
 
 
 FEED = StructType(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructType
 
 from autocdc.engine.errors import (
     QUARANTINE_MALFORMED_SEQUENCE,
@@ -44,10 +45,15 @@ def is_auto(spec: FlowSpec) -> bool:
     return spec.sequence_by is None
 
 
-def require(columns: Collection[str]) -> None:
-    """The auto mode needs the sequence column; anything else is a declaration problem."""
-    if CHANGE_SEQUENCE_NUMBER not in columns:
-        raise MissingSequenceError(available=list(columns))
+def require(schema: StructType) -> None:
+    """The auto mode needs the sequence column, as text: a number read as hex sections
+    would order correctly only up to 16 digits, so it is refused rather than half-working."""
+    types = {f.name: f.dataType for f in schema.fields}
+    found = types.get(CHANGE_SEQUENCE_NUMBER)
+    if not isinstance(found, StringType):
+        raise MissingSequenceError(
+            type=found.simpleString() if found else None, available=schema.names
+        )
 
 
 def sequence() -> Column:

@@ -77,9 +77,10 @@ class InvalidSequenceTypeError(AutoCdcError):
 class MissingSequenceError(AutoCdcError):
     error_class = "AUTOCDC_MISSING_SEQUENCE"
     template = (
-        "The flow has no `sequence_by` and the change feed has no `_CHANGE_SEQUENCE_NUMBER` "
-        "column (it has {available}). Give `sequence_by` (the column or expression that "
-        "orders the changes), or provide `_CHANGE_SEQUENCE_NUMBER` in the feed "
+        "The flow has no `sequence_by`, and the change feed has no string "
+        "`_CHANGE_SEQUENCE_NUMBER` column (found type: {type}; columns: {available}). Give "
+        "`sequence_by` (the column or expression that orders the changes; a numeric "
+        "`_CHANGE_SEQUENCE_NUMBER` can be it), or provide `_CHANGE_SEQUENCE_NUMBER` as text "
         "(BigQuery-style: 1 to 4 hex sections separated by '/', e.g. '16/B374D848')."
     )
 

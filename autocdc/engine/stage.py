@@ -71,9 +71,9 @@ class StagedBatch:
 
 def sequence(df: DataFrame, spec: FlowSpec) -> Column:
     """The flow's sequence over ``df``; with no ``sequence_by``, ``df`` must carry
-    ``_CHANGE_SEQUENCE_NUMBER`` (a clear error here rather than Spark's unresolved column)."""
+    a string ``_CHANGE_SEQUENCE_NUMBER`` (a clear error here, not an unresolved column)."""
     if change_rows.is_auto(spec):
-        change_rows.require(df.columns)
+        change_rows.require(df.schema)
     return spec.sequence_column()
 
 
@@ -99,15 +99,16 @@ def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
 def operation(df: DataFrame, spec: FlowSpec) -> Column:
     """Each row's operation: from ``apply_as_*``, else (no ``sequence_by``) from the feed's
     ``_CHANGE_TYPE``, else an upsert."""
+
+    def flag(expression: str | Column | None) -> Column:
+        return (
+            F.lit(False) if expression is None else F.coalesce(to_column(expression), F.lit(False))
+        )
+
     if change_rows.reads_change_type(spec, df.columns):
         is_truncate, is_delete = change_rows.is_truncate(), change_rows.is_delete()
     else:
-        is_truncate, is_delete = (
-            F.coalesce(to_column(expression), F.lit(False))
-            if expression is not None
-            else F.lit(False)
-            for expression in (spec.apply_as_truncates, spec.apply_as_deletes)
-        )
+        is_truncate, is_delete = flag(spec.apply_as_truncates), flag(spec.apply_as_deletes)
     return F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
 
 
