@@ -328,10 +328,10 @@ def test_missing_keys() -> None:
     assert err.params["expected"] == "one of: KEYS, `.`"
 
 
-def test_missing_sequence_by() -> None:
-    err = error("AUTO CDC INTO t FROM s KEYS (id) COLUMNS a")
-    assert (err.params["line"], err.params["column"]) == (1, 43)
-    assert err.params["expected"] == "SEQUENCE BY"
+def test_sequence_by_is_optional() -> None:
+    """No SEQUENCE BY: the source's BigQuery-style change columns order the changes."""
+    flow = one("AUTO CDC INTO t FROM s KEYS (id) COLUMNS a")
+    assert (flow.sequence_by, flow.column_list) == (None, ["a"])
 
 
 def test_clause_given_twice() -> None:

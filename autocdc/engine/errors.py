@@ -15,6 +15,10 @@ QUARANTINE_MALFORMED_RECORD = "AUTOCDC_MALFORMED_RECORD"
 QUARANTINE_NULL_KEY = "AUTOCDC_NULL_KEY"
 QUARANTINE_NULL_SEQUENCE = "AUTOCDC_NULL_SEQUENCE"
 QUARANTINE_LATE_BEYOND_HORIZON = "AUTOCDC_LATE_BEYOND_HORIZON"
+# BigQuery-style change rows (a flow with no sequence_by): see autocdc/engine/change_rows.py.
+QUARANTINE_MALFORMED_SEQUENCE = "AUTOCDC_MALFORMED_SEQUENCE"
+QUARANTINE_UNKNOWN_CHANGE_TYPE = "AUTOCDC_UNKNOWN_CHANGE_TYPE"
+QUARANTINE_TRUNCATE_IN_SCD2 = "AUTOCDC_TRUNCATE_IN_SCD2"
 
 
 class AutoCdcError(Exception):
@@ -67,6 +71,17 @@ class InvalidSequenceTypeError(AutoCdcError):
         "`sequence_by` has type {type}, which cannot order changes. Use an integer, "
         "decimal, date, timestamp or string column, or a struct of them; for "
         "BigQuery/LSN-style strings use autocdc.hex_sequence()."
+    )
+
+
+class MissingSequenceError(AutoCdcError):
+    error_class = "AUTOCDC_MISSING_SEQUENCE"
+    template = (
+        "The flow has no `sequence_by`, and the change feed has no string "
+        "`_CHANGE_SEQUENCE_NUMBER` column (found type: {type}; columns: {available}). Give "
+        "`sequence_by` (the column or expression that orders the changes; a numeric "
+        "`_CHANGE_SEQUENCE_NUMBER` can be it), or provide `_CHANGE_SEQUENCE_NUMBER` as text "
+        "(BigQuery-style: 1 to 4 hex sections separated by '/', e.g. '16/B374D848')."
     )
 
 

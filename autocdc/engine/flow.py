@@ -23,6 +23,7 @@ from autocdc.engine import fit, gc, quarantine, scd1, scd2, stage, sync, tables
 from autocdc.engine import state as st
 from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.spec import END_AT, START_AT, FlowSpec
 from autocdc.engine.stage import OP, REASON, SEQ, TRUNCATE, col
 
@@ -374,7 +375,14 @@ class AutoCdcFlow(FlowSpec):
 
     def as_of(self, spark: SparkSession, sequence: object) -> DataFrame:
         """Type 2: the rows as they were at ``sequence`` (a value or a Column of the
-        sequence's type), i.e. the versions with ``__START_AT <= sequence < __END_AT``."""
+        sequence's type), i.e. the versions with ``__START_AT <= sequence < __END_AT``.
+
+        With no ``sequence_by`` the validity columns hold ``_CHANGE_SEQUENCE_NUMBER`` as
+        :func:`autocdc.hex_sequence` does (four numeric sections), and ``sequence`` may be
+        the text itself: ``flow.as_of(spark, "16/B374D848")``."""
+        if self.sequence_by is None and isinstance(sequence, str):
+            parse_hex_sequence(sequence)  # a malformed value is an error, not an empty result
+            sequence = hex_sequence(F.lit(sequence))
         at = sequence if isinstance(sequence, Column) else F.lit(sequence)
         target = tables.read(spark, self.target)
         alive = (col(START_AT) <= at) & (col(END_AT).isNull() | (col(END_AT) > at))

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from autocdc.engine.errors import InvalidSequenceValueError
 
 MAX_SECTIONS = 4
-_HEX_SECTIONS = r"^[0-9A-Fa-f]{1,16}(/[0-9A-Fa-f]{1,16}){0,3}$"
+HEX_SECTIONS = r"^[0-9A-Fa-f]{1,16}(/[0-9A-Fa-f]{1,16}){0,3}$"
 
 
 def parse_hex_sequence(value: str) -> tuple[int, ...]:
@@ -24,7 +24,7 @@ def parse_hex_sequence(value: str) -> tuple[int, ...]:
     >>> parse_hex_sequence("16/B374D848") > parse_hex_sequence("9/FFFFFFFF")
     True
     """
-    if not isinstance(value, str) or not re.match(_HEX_SECTIONS, value):
+    if not isinstance(value, str) or not re.match(HEX_SECTIONS, value):
         raise InvalidSequenceValueError(
             value=value,
             kind="hex-section sequence",
@@ -38,11 +38,12 @@ def hex_sequence(column: str | Column) -> Column:
     """A Spark struct of four sections (unsigned 64-bit), ordered section by section.
 
     Missing sections are -1, so they order first, like a shorter tuple in Python. A value
-    that is not of the form is NULL, so its row is quarantined as a NULL sequence.
+    that is not of the form is NULL, so its row is quarantined as a NULL sequence (a flow
+    with no ``sequence_by`` tells the two apart: see ``autocdc.engine.change_rows``).
     """
     value = F.col(column) if isinstance(column, str) else column
     sections = F.split(value, "/")
-    valid = value.rlike(_HEX_SECTIONS)
+    valid = value.rlike(HEX_SECTIONS)
     return F.when(
         valid,
         F.struct(

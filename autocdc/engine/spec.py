@@ -3,6 +3,8 @@
 Parameter names follow ``pyspark.pipelines.create_auto_cdc_flow`` and Databricks AUTO
 CDC, so code moves over unchanged. Checks that need the change feed's schema (unknown
 columns, the sequence's type) run in :func:`FlowSpec.resolve`, before any data is read.
+With no ``sequence_by`` the feed's own change columns drive the flow (see
+:mod:`autocdc.engine.change_rows`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from autocdc.engine import change_rows
 from autocdc.engine.errors import (
     ConflictingColumnListsError,
     DuplicateColumnError,
@@ -112,9 +115,11 @@ class FlowSpec(BaseModel):
 
     target: str = Field(min_length=1, description="Target table, `table` or `db.table`.")
     keys: list[str] = Field(description="Columns that identify a row.")
-    sequence_by: str | list[str] | Column = Field(
+    sequence_by: str | list[str] | Column | None = Field(
+        default=None,
         description="Column name, SQL expression, Column, or list of columns compared left "
-        "to right (a struct sequence)."
+        "to right (a struct sequence). None: the feed's BigQuery-style "
+        "`_CHANGE_SEQUENCE_NUMBER` (and `_CHANGE_TYPE`), see autocdc.engine.change_rows.",
     )
     apply_as_deletes: str | Column | None = Field(
         default=None, description="SQL expression or Column: true for a DELETE change."
@@ -217,8 +222,16 @@ class FlowSpec(BaseModel):
     def flow_name(self) -> str:
         return self.name or self.target
 
+    @property
+    def pseudo_columns(self) -> tuple[str, ...]:
+        """Columns that drive the flow and are stored only when ``column_list`` names them."""
+        return change_rows.PSEUDO_COLUMNS if change_rows.is_auto(self) else ()
+
     def sequence_column(self) -> Column:
-        """The sequence as one orderable value (a struct for a list of columns)."""
+        """The sequence as one orderable value (a struct for a list of columns, or for
+        ``_CHANGE_SEQUENCE_NUMBER`` when there is no ``sequence_by``)."""
+        if self.sequence_by is None:
+            return change_rows.sequence()
         if isinstance(self.sequence_by, list):
             return F.struct(*[F.col(ident(c)) for c in self.sequence_by])
         return to_column(self.sequence_by)
@@ -264,7 +277,7 @@ class FlowSpec(BaseModel):
         if self.column_list is not None:
             payload = [c for c in self.column_list if c not in excluded]
         else:
-            excluded |= set(self.except_column_list or [])
+            excluded |= {*(self.except_column_list or []), *self.pseudo_columns}
             payload = [c for c in columns if c not in excluded]
         if self.track_history_column_list is not None:
             tracked = [c for c in payload if c in self.track_history_column_list]

@@ -1,5 +1,6 @@
 """Stage one micro-batch: tag each change with its sequence and operation, and split off
-the rows that cannot be applied (malformed, NULL key, NULL sequence) for quarantine.
+the rows that cannot be applied (malformed, NULL key, NULL sequence, unreadable
+BigQuery-style change columns) for quarantine.
 
 Nothing here reads state; the staged batch keeps every source column so that a row
 quarantined later (late beyond the tombstone horizon) is kept whole.
@@ -14,6 +15,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from autocdc.engine import change_rows
 from autocdc.engine.errors import (
     QUARANTINE_MALFORMED_RECORD,
     QUARANTINE_NULL_KEY,
@@ -67,13 +69,21 @@ class StagedBatch:
     source_columns: list[str]
 
 
+def sequence(df: DataFrame, spec: FlowSpec) -> Column:
+    """The flow's sequence over ``df``; with no ``sequence_by``, ``df`` must carry
+    a string ``_CHANGE_SEQUENCE_NUMBER`` (a clear error here, not an unresolved column)."""
+    if change_rows.is_auto(spec):
+        change_rows.require(df.schema)
+    return spec.sequence_column()
+
+
 def sequence_type(df: DataFrame, spec: FlowSpec) -> DataType:
-    return df.select(spec.sequence_column().alias(SEQ)).schema[SEQ].dataType
+    return df.select(sequence(df, spec).alias(SEQ)).schema[SEQ].dataType
 
 
 def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
     """Refuse a sequence or operation expression that a replay could evaluate differently."""
-    exprs = {"sequence_by": spec.sequence_column()}
+    exprs = {"sequence_by": sequence(df, spec)}
     for field in ("apply_as_deletes", "apply_as_truncates"):
         if getattr(spec, field) is not None:
             exprs[field] = to_column(getattr(spec, field))
@@ -86,28 +96,35 @@ def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
             raise NondeterministicExpressionError(field=field, expression=projected.sql())
 
 
+def operation(df: DataFrame, spec: FlowSpec) -> Column:
+    """Each row's operation: from ``apply_as_*``, else (no ``sequence_by``) from the feed's
+    ``_CHANGE_TYPE``, else an upsert."""
+
+    def flag(expression: str | Column | None) -> Column:
+        return (
+            F.lit(False) if expression is None else F.coalesce(to_column(expression), F.lit(False))
+        )
+
+    if change_rows.reads_change_type(spec, df.columns):
+        is_truncate, is_delete = change_rows.is_truncate(), change_rows.is_delete()
+    else:
+        is_truncate, is_delete = flag(spec.apply_as_truncates), flag(spec.apply_as_deletes)
+    return F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
+
+
 def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[str]) -> StagedBatch:
     """Tag operations and sequence; route malformed rows (corrupt-record column set), then
-    rows with a NULL key or sequence (or a NULL field of a struct sequence), to
-    ``rejected``. ``source_columns``: the batch's own columns, as the quarantine keeps
-    them (the raw text of a malformed row included)."""
-    is_truncate = (
-        F.coalesce(to_column(spec.apply_as_truncates), F.lit(False))
-        if spec.apply_as_truncates is not None
-        else F.lit(False)
-    )
-    is_delete = (
-        F.coalesce(to_column(spec.apply_as_deletes), F.lit(False))
-        if spec.apply_as_deletes is not None
-        else F.lit(False)
-    )
+    (with no ``sequence_by``) rows whose change columns cannot be read, then rows with a
+    NULL key or sequence (or a NULL field of a struct sequence), to ``rejected``.
+    ``source_columns``: the batch's own columns, as the quarantine keeps them (the raw
+    text of a malformed row included)."""
     any_null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in keys])
-    op = F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
-    sequenced = df.withColumn(SEQ, spec.sequence_column())
+    sequenced = df.withColumn(SEQ, sequence(df, spec))
     null_sequence = any_null(col(SEQ), sequenced.schema[SEQ].dataType)
     # First match wins: a malformed row's NULL key or sequence is a symptom, not the cause.
     corrupt = corrupt_column(df)
     checks = [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
+    checks += change_rows.checks(spec, df.columns)
     checks += [
         (null_sequence, QUARANTINE_NULL_SEQUENCE),
         ((col(OP) != TRUNCATE) & any_null_key, QUARANTINE_NULL_KEY),
@@ -115,7 +132,7 @@ def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[s
     reason = reduce(lambda chain, check: chain.when(*check), checks[1:], F.when(*checks[0]))
     # Cached with every column: Spark refuses a raw JSON/CSV read that references only the
     # corrupt-record column, which a query over the uncached source could come down to.
-    tagged = sequenced.withColumn(OP, op).withColumn(REASON, reason).cache()
+    tagged = sequenced.withColumn(OP, operation(df, spec)).withColumn(REASON, reason).cache()
     return StagedBatch(
         tagged=tagged,
         changes=tagged.where(col(REASON).isNull()).drop(REASON),

@@ -105,13 +105,11 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
     if isinstance(flow, QueryFlow):
         return df
     engine = engine_flow(flow, flow.target)
-    excepted = engine.except_column_list or []
+    excepted = [*(engine.except_column_list or []), *engine.pseudo_columns]
     keep = engine.column_list or [c for c in df.columns if c not in excepted]
     out = df.select(*[F.col(f"`{c}`") for c in keep])
     if engine.stored_as_scd_type == 2:
-        sequence = engine.sequence_by
-        seq = F.struct(*[F.col(s) for s in sequence]) if isinstance(sequence, list) else sequence
-        seq_type = df.select(F.expr(seq) if isinstance(seq, str) else seq).schema[0].dataType
+        seq_type = df.select(engine.sequence_column()).schema[0].dataType
         validity = [F.lit(None).cast(seq_type).alias(c) for c in ("__START_AT", "__END_AT")]
         out = out.select("*", *validity)
     return out

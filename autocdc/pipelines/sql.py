@@ -151,7 +151,7 @@ class AutoCdcStatement:
     source: str
     streaming: bool  # STREAM(...) or STREAM name
     keys: list[str]
-    sequence_by: str
+    sequence_by: str | None  # None: the source's BigQuery-style change columns
     apply_as_deletes: str | None
     apply_as_truncates: str | None
     column_list: list[str] | None
@@ -326,11 +326,6 @@ class _Builder(Transformer):
 
     def cdc_flow(self, meta: Meta, children: list[Any]) -> AutoCdcStatement:
         names, c = self._split(children)
-        if "sequence_by" not in c:
-            raise _error(
-                self._file, meta.end_line, meta.end_column, "the AUTO CDC flow has no SEQUENCE BY",
-                "SEQUENCE BY", "Name what orders the changes, e.g. SEQUENCE BY ts.",
-            )  # fmt: skip
         (scd_type,) = c.get("stored_as_scd_type", ["1"])
         if scd_type not in ("1", "2"):
             raise _error(
@@ -345,7 +340,7 @@ class _Builder(Transformer):
             source=c["source"][-1],
             streaming=len(c["source"]) == 2,
             keys=c["keys"],
-            sequence_by=c["sequence_by"][0],
+            sequence_by=_first(c, "sequence_by"),
             apply_as_deletes=_first(c, "apply_as_deletes"),
             apply_as_truncates=_first(c, "apply_as_truncates"),
             column_list=columns,
