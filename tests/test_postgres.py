@@ -32,15 +32,6 @@ from autocdc.sources.postgres import Config, PostgresStreamReader, postgres_tabl
 ITEMS = "id BIGINT, sku STRING, quantity INT, price DECIMAL(10,2)"
 
 
-def change_rows() -> dict:
-    """How a flow reads change rows (a Column needs the Spark session: built per test)."""
-    return {
-        "sequence_by": autocdc.hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
-        "apply_as_deletes": "_CHANGE_TYPE = 'DELETE'",
-        "except_column_list": ["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
-    }
-
-
 @pytest.fixture(scope="module")
 def pg():
     server = Server().start()
@@ -75,10 +66,16 @@ def _apply(spark, flow: autocdc.AutoCdcFlow, rows: list[tuple], table: str, sche
     return flow.apply(postgres_table(changes, table, schema))
 
 
-def _source(spark, pg: Server, table: str, schema: str):
-    columns = [f.split()[0] for f in schema.split(", ")]
+def _assert_mirrors(spark, pg: Server, target: str, table: str) -> None:
+    """The Delta target holds exactly the rows of the PostgreSQL table."""
+    columns = [f.split()[0] for f in ITEMS.split(", ")]
     rows = pg.query(f"SELECT {', '.join(columns)} FROM {table}")
-    return spark.createDataFrame(rows, schema)
+    assert_df_equality(
+        spark.table(target),
+        spark.createDataFrame(rows, ITEMS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
 
 
 def test_options_and_tables_that_cannot_work_are_refused(pg):
@@ -115,10 +112,8 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     assert {r[2] for r in snapshot} == {"0/0/0"}
     reader.commit(end)
 
-    scd1 = autocdc.AutoCdcFlow(target=new_table("items"), keys=["id"], **change_rows())
-    scd2 = autocdc.AutoCdcFlow(
-        target=new_table("items_history"), keys=["id"], stored_as_scd_type=2, **change_rows()
-    )
+    scd1 = autocdc.AutoCdcFlow(target=new_table("items"), keys=["id"])
+    scd2 = autocdc.AutoCdcFlow(target=new_table("items_history"), keys=["id"], stored_as_scd_type=2)
     for flow in (scd1, scd2):
         _apply(spark, flow, snapshot, items, ITEMS)
     pg.execute(
@@ -133,12 +128,7 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     reader.commit(second)
     for flow in (scd1, scd2):
         _apply(spark, flow, streamed, items, ITEMS)
-    assert_df_equality(
-        spark.table(scd1.target),
-        _source(spark, pg, items, ITEMS),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    _assert_mirrors(spark, pg, scd1.target, items)
     history = spark.table(scd2.target).where("id = 4").orderBy("__START_AT").collect()
     assert [str(r.price) for r in history] == ["5.00", "9.99", "10.99"]
     gone = spark.table(scd2.target).where("id IN (2, 3) AND __END_AT IS NULL").count()
@@ -163,27 +153,17 @@ def test_truncate_and_bad_changes(spark, pg, new_table):
     reader.commit(second)
     rows = snapshot + streamed
 
-    items_flow = autocdc.AutoCdcFlow(
-        target=new_table("items"),
-        keys=["id"],
-        apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
-        **change_rows(),
-    )
+    items_flow = autocdc.AutoCdcFlow(target=new_table("items"), keys=["id"])
     _apply(spark, items_flow, rows, items, ITEMS)
-    assert_df_equality(
-        spark.table(items_flow.target),
-        _source(spark, pg, items, ITEMS),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    _assert_mirrors(spark, pg, items_flow.target, items)
     # `n BOOLEAN` does not fit the numbers PostgreSQL sends: quarantined, never NULL.
-    notes = autocdc.AutoCdcFlow(target=new_table("notes"), keys=["id"], **change_rows())
+    notes = autocdc.AutoCdcFlow(target=new_table("notes"), keys=["id"])
     _apply(spark, notes, rows, "notes_bad", "id INT, body STRING, n BOOLEAN")
     quarantined = spark.table(notes.quarantine_table).collect()
     assert {r.reason for r in quarantined} == {QUARANTINE_MALFORMED_RECORD}
     raws = sorted(json.loads(r.row)["_corrupt_record"] for r in quarantined)
     assert len(raws) == 4  # every row: n is a number (one update also lacks its body)
-    toast = autocdc.AutoCdcFlow(target=new_table("notes_ok"), keys=["id"], **change_rows())
+    toast = autocdc.AutoCdcFlow(target=new_table("notes_ok"), keys=["id"])
     _apply(spark, toast, rows, "notes_bad", "id INT, body STRING, n INT")
     (missing,) = spark.table(toast.quarantine_table).collect()
     assert (

@@ -18,12 +18,10 @@ def customer_changes():
 
 
 dp.create_streaming_table("customers")
+# The change rows' `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` drive the flow: no
+# sequence_by or apply_as_deletes (see README, "BigQuery-style change rows").
 dp.create_auto_cdc_flow(
     target="customers",
     source="customer_changes",
     keys=["id"],
-    sequence_by=autocdc.hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
-    apply_as_deletes="_CHANGE_TYPE = 'DELETE'",
-    apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
-    except_column_list=["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
 )

@@ -12,12 +12,11 @@ def product_changes():
 
 
 dp.create_streaming_table("products_history")
+# The change rows' `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` drive the flow: no
+# sequence_by or apply_as_deletes (see README, "BigQuery-style change rows").
 dp.create_auto_cdc_flow(
     target="products_history",
     source="product_changes",
     keys=["id"],
-    sequence_by=autocdc.hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
-    apply_as_deletes="_CHANGE_TYPE = 'DELETE'",
-    except_column_list=["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
     stored_as_scd_type=2,
 )

@@ -7,8 +7,8 @@ reads its own rows from there, typed by the schema declared here.
 
 import os
 
-from autocdc import hex_sequence, postgres_table
 from autocdc import pipelines as dp
+from autocdc import postgres_table
 
 DSN = os.environ.get("AUTOCDC_POSTGRES_DSN", "host=127.0.0.1 port=5432 dbname=shop user=postgres")
 SCHEMAS = {
@@ -28,14 +28,6 @@ def shop_changes():
     )
 
 
-# The change rows say what they are (`_CHANGE_TYPE`) and where they were committed
-# (`_CHANGE_SEQUENCE_NUMBER`: commit LSN, then position in the transaction).
-CHANGE_ROWS = {
-    "sequence_by": hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
-    "apply_as_deletes": "_CHANGE_TYPE = 'DELETE'",
-    "except_column_list": ["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
-}
-
 for table, schema in SCHEMAS.items():
     dp.temporary_view(name=f"{table}_changes")(
         lambda table=table, schema=schema: postgres_table(
@@ -44,21 +36,13 @@ for table, schema in SCHEMAS.items():
             schema,
         )
     )
+    # `_CHANGE_TYPE` (UPSERT, DELETE, TRUNCATE) and `_CHANGE_SEQUENCE_NUMBER` (commit LSN,
+    # then position in the transaction) drive the flow: no sequence_by, no apply_as_*.
     dp.create_streaming_table(table)
-    dp.create_auto_cdc_flow(
-        target=table,
-        source=f"{table}_changes",
-        keys=["id"],
-        apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
-        **CHANGE_ROWS,
-    )
+    dp.create_auto_cdc_flow(target=table, source=f"{table}_changes", keys=["id"])
 
 # Every version of every item, in the order PostgreSQL committed them.
 dp.create_streaming_table("items_history")
 dp.create_auto_cdc_flow(
-    target="items_history",
-    source="items_changes",
-    keys=["id"],
-    stored_as_scd_type=2,
-    **CHANGE_ROWS,
+    target="items_history", source="items_changes", keys=["id"], stored_as_scd_type=2
 )
