@@ -58,3 +58,20 @@ def spark(warehouse):
 def new_table():
     """A fresh target name per call, so tests share the session but not tables."""
     return lambda prefix="t": f"{prefix}_{os.getpid()}_{next(_names)}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with subprocess (``slow``) tests first, then files with more tests first.
+
+    ``make test`` hands whole files to two workers in this order (with xdist's own
+    reordering off): a file that takes minutes, started last, would leave one worker
+    running it alone at the end.
+    """
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
+        return (not any(t.get_closest_marker("slow") for t in tests), -len(tests))
+
+    items[:] = [item for tests in sorted(files.values(), key=weight) for item in tests]
