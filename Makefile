@@ -24,10 +24,12 @@ demo: setup
 	$(PY) pipelines/check.py
 
 # Two pytest workers, each with its own Spark session: Spark spends much of a test waiting
-# on the Delta log and on subprocesses, so two share the 2 cores well.
+# on the Delta log and on subprocesses, so two share the 2 cores well. Whole files go to the
+# workers in the order tests/conftest.py sorts them (subprocess-heavy files first), not in
+# xdist's own (files with more tests first), so no long file is left to run alone at the end.
 test: setup
 	$(PY) -m ruff check $(SOURCES)
-	$(PY) -m pytest -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: setup
 	$(PY) -m ruff check $(SOURCES)

@@ -4,7 +4,9 @@ Usage: python crash_worker.py WAREHOUSE TARGET ROWS_JSON SCD_TYPE  (env AUTOCDC_
 AUTOCDC_TEST_COLLECT=1 also runs ``collect_tombstones`` after every batch)
 
 ROWS_JSON is one batch (a list of rows) or ``{"batches": [batch, ...]}``: several batches
-applied in turn by one process, the crash point armed for the last one only.
+applied in turn by one process, the crash point armed for the last one only. A ``"before":
+{"target": ..., "scd_type": ..., "batches": [...]}`` entry is applied in full first, to its
+own target: one process (one Spark start) then serves two kill chains.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import os
 import sys
 from collections.abc import Callable
 
-from conftest import TEST_CONF
+from conftest import SUBPROCESS_CONF
+from pyspark.sql import SparkSession
 
 import autocdc
 from autocdc.engine.flow import CRASH_ENV
@@ -23,18 +26,32 @@ SCHEMA = "id int, a string, b int, op string, seq long"
 
 
 def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
-    spark = autocdc.spark_session(warehouse=warehouse, conf=TEST_CONF)
+    spark = autocdc.spark_session(warehouse=warehouse, conf=SUBPROCESS_CONF)
+    payload = json.loads(rows_json)
+    batches = payload["batches"] if isinstance(payload, dict) else [payload]
+    crash_at = os.environ.pop(CRASH_ENV, None)
+    before = payload.get("before") if isinstance(payload, dict) else None
+    if before:
+        apply_all(spark, before["target"], int(before["scd_type"]), before["batches"])
+    apply_all(spark, target, int(scd_type), batches, crash_at)
+
+
+def apply_all(
+    spark: SparkSession,
+    target: str,
+    scd_type: int,
+    batches: list[list[list]],
+    crash_at: str | None = None,
+) -> None:
+    """Apply ``batches`` in turn to ``target``, the crash point armed for the last one."""
     flow = autocdc.AutoCdcFlow(
         target=target,
         keys=["id"],
         sequence_by="seq",
         apply_as_deletes="op = 'D'",
         except_column_list=["op", "seq"],
-        stored_as_scd_type=int(scd_type),
+        stored_as_scd_type=scd_type,
     )
-    payload = json.loads(rows_json)
-    batches = payload["batches"] if isinstance(payload, dict) else [payload]
-    crash_at = os.environ.pop(CRASH_ENV, None)
     for i, batch in enumerate(batches):
         if crash_at and i == len(batches) - 1:
             os.environ[CRASH_ENV] = crash_at

@@ -1,8 +1,9 @@
 """Kill a real process at several points inside ``apply``; the target must converge.
 
-One chain on one target, each step a fresh process (so tables are also found by name
-across processes): a crash between the state and target commits followed by a
-*different* batch, a crash after quarantining, then a replay and a clean batch. Then
+Two chains, an SCD1 and an SCD2 target, each step a fresh process (so tables are also
+found by name across processes): each target killed between its state (or log) and target
+commits, then given a *different* batch; the SCD1 one also killed after quarantining, then
+a replay and a clean batch. The chains share processes (four Spark starts, not five). Then
 (exploration only) a seeded random chain per SCD type: random batches of a fixed change
 set, each kill at a random crash point (the very first apply of the target included)
 followed by a different batch.
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import explore
@@ -41,12 +43,13 @@ def rows(changes: list[Change]) -> list[tuple]:
 def run(
     warehouse: Path,
     target: str,
-    batch: list[tuple] | dict[str, list[list[tuple]]],
+    batch: list[tuple] | dict[str, Any],
     crash_at: str | None,
     scd_type: int = 1,
 ) -> int:
-    """Apply ``batch`` (or ``{"batches": [...]}``, in turn) in a fresh process, which is
-    killed at ``crash_at`` (during the last batch) if given; return its exit code."""
+    """Apply ``batch`` (or ``{"batches": [...]}``, in turn, maybe after a ``"before"``
+    target's batches: see crash_worker.py) in a fresh process, which is killed at
+    ``crash_at`` (during the last batch) if given; return its exit code."""
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     # The worker must run this tree's engine (not whatever `autocdc` is installed, e.g.
     # the editable install of another worktree): the repository root goes first.
@@ -67,34 +70,26 @@ def run(
 
 @pytest.mark.slow
 def test_killed_applies_converge(spark, tmp_path):
-    target = "crashed"
+    """SCD1 ``crashed`` and SCD2 ``crashed_history``; each equals the reference fold of
+    A, B and C, and the NULL key of B (sent twice) is quarantined once."""
+    target, history = "crashed", "crashed_history"
     # (A kill after the target commit: test_pipeline_kill.py, which kills `autocdc run`.)
+    history_then = {"target": history, "scd_type": 2, "batches": [rows(C)]}
     steps = [
-        (rows(A), "after_state_commit"),
-        ([*rows(B), NULL_KEY_ROW], "after_quarantine"),
-        ({"batches": [[*rows(B), NULL_KEY_ROW], rows(C)]}, None),
+        (history, rows(A + B), "after_state_commit", 2),  # between log and target commits
+        (target, {"before": history_then, "batches": [rows(A)]}, "after_state_commit", 1),
+        (target, [*rows(B), NULL_KEY_ROW], "after_quarantine", 1),
+        (target, {"batches": [[*rows(B), NULL_KEY_ROW], rows(C)]}, None, 1),
     ]
-    codes = [run(tmp_path, target, batch, crash) for batch, crash in steps]
-    assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0]
+    codes = [run(tmp_path, name, batch, crash, scd) for name, batch, crash, scd in steps]
+    assert codes == [-signal.SIGKILL, -signal.SIGKILL, -signal.SIGKILL, 0]
 
     table = spark.read.format("delta").load(str(tmp_path / target))
     got = {r.id: (r.a, r.b) for r in table.collect()}
     assert got == fold_scd1(A + B + C)
     quarantine = spark.read.format("delta").load(str(tmp_path / f"{target}__autocdc_quarantine"))
     assert [r.reason for r in quarantine.collect()] == ["AUTOCDC_NULL_KEY"]
-
-
-@pytest.mark.slow
-def test_killed_history_apply_converges(spark, tmp_path):
-    """SCD type 2: killed between the log commit and the target commit, then a
-    different batch; the history equals the reference fold of both."""
-    target = "crashed_history"
-    codes = [
-        run(tmp_path, target, rows(A + B), "after_state_commit", scd_type=2),
-        run(tmp_path, target, rows(C), None, scd_type=2),
-    ]
-    assert codes == [-signal.SIGKILL, 0]
-    table = spark.read.format("delta").load(str(tmp_path / target))
+    table = spark.read.format("delta").load(str(tmp_path / history))
     got = {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in table.collect()}
     assert got == fold_scd2(A + B + C)
 

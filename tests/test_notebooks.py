@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import JVM_OPTIONS
 from nbclient import NotebookClient
 from test_crash import ROOT
 
@@ -24,6 +25,7 @@ SMALL = {
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
 }
 
 

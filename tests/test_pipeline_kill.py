@@ -12,13 +12,18 @@ import sys
 import time
 
 import pytest
+from conftest import JVM_OPTIONS
 from reference import fold_scd1, fold_scd2
 from test_crash import EVERYTHING, ROOT
 from test_pipelines import PYSPARK_SCD1, SQL_SCD2, drop, write_project
 
 from autocdc.engine.flow import CRASH_ENV
 
-SMALL_SPARK = {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "1"}
+SMALL_SPARK = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
+}
 SEED = int(os.environ.get("AUTOCDC_CRASH_SEED", "7"))
 
 

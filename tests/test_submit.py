@@ -27,13 +27,17 @@ from typing import Any
 
 import pyspark
 import pytest
+from conftest import JVM_OPTIONS
 from pyspark.sql import DataFrame, SparkSession
 from test_crash import ROOT
 
 SPARK_HOME = Path(pyspark.__file__).parent  # the wheel ships bin/spark-submit, spark-class
 DELTA = "io.delta:delta-spark_4.2_2.13:4.4.0"
 # Small Spark for a 2-core machine; the launcher's settings win over conf/spark-defaults.conf.
-SMALL = ["--driver-memory", "1g", "--conf", "spark.sql.shuffle.partitions=1"]
+SMALL = [
+    *("--driver-memory", "1g", "--driver-java-options", JVM_OPTIONS),
+    *("--conf", "spark.sql.shuffle.partitions=1"),
+]
 TIMEOUT = 900
 
 
@@ -57,6 +61,7 @@ def environment() -> dict[str, str]:
     env["SPARK_HOME"] = str(SPARK_HOME)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env["SPARK_DAEMON_MEMORY"] = "256m"
+    env["SPARK_DAEMON_JAVA_OPTS"] = JVM_OPTIONS
     return env
 
 
@@ -219,7 +224,10 @@ def standalone(tmp_path: Path) -> Iterator[Cluster]:
 @pytest.mark.slow
 def test_standalone_cluster(spark: SparkSession, project: Path, standalone: Cluster) -> None:
     """Client deploy mode: the driver here, the tasks in the worker's executor."""
-    executor = ("--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=1")
+    executor = (
+        *("--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=1"),
+        *("--conf", f"spark.executor.extraJavaOptions={JVM_OPTIONS}"),
+    )
     submit(project, standalone.url, *executor)
     check_tables(spark, project.parent.parent / "warehouse")
     assert [app["state"] for app in standalone.state()["completedapps"]] == ["FINISHED"]
