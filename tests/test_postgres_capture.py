@@ -20,6 +20,7 @@ import psycopg
 import pytest
 import yaml
 from chispa import assert_df_equality
+from conftest import SUBPROCESS_CONF
 from pgserver import Server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,9 +91,7 @@ def _project(tmp_path: Path) -> Path:
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("storage", "warehouse"))
     spec = project / "spark-pipeline.yml"
     settings = yaml.safe_load(spec.read_text())
-    settings["configuration"].update(
-        {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "1"}
-    )
+    settings["configuration"].update(SUBPROCESS_CONF)
     spec.write_text(yaml.safe_dump(settings))
     return spec
 
