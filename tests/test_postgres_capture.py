@@ -83,7 +83,7 @@ def _write(dsn: str, writer: int, stop: threading.Event, errors: list) -> None:
             except Exception as error:  # reported by the test
                 errors.append(error)
                 return
-            time.sleep(rng.uniform(0.005, 0.03))
+            time.sleep(rng.uniform(0.02, 0.06))
 
 
 def _project(tmp_path: Path) -> Path:

@@ -47,14 +47,19 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
+from autocdc.engine.change_rows import (
+    CHANGE_SEQUENCE_NUMBER,
+    CHANGE_TYPE,
+    DELETE,
+    TRUNCATE,
+    UPSERT,
+)
 from autocdc.engine.errors import UnknownConnectorError
 from autocdc.engine.sequences import hex_sequence
 from autocdc.engine.stage import CORRUPT_RECORD_CONF
 
 Connector = Literal["postgresql", "mysql"]
 CONNECTORS: tuple[str, ...] = ("postgresql", "mysql")
-CHANGE_TYPE = "_CHANGE_TYPE"
-CHANGE_SEQUENCE_NUMBER = "_CHANGE_SEQUENCE_NUMBER"
 
 MAX_UNSIGNED_64 = Decimal(2**64 - 1)
 
@@ -154,12 +159,7 @@ def debezium_changes(
 
     >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",
     ...                            "postgresql")  # doctest: +SKIP
-    >>> AutoCdcFlow(target="customers", keys=["id"],
-    ...             sequence_by=hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
-    ...             apply_as_deletes="_CHANGE_TYPE = 'DELETE'",
-    ...             apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
-    ...             except_column_list=["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
-    ...             ).apply(changes)  # doctest: +SKIP
+    >>> AutoCdcFlow(target="customers", keys=["id"]).apply(changes)  # doctest: +SKIP
     """
     if connector not in CONNECTORS:
         raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
@@ -184,8 +184,8 @@ def debezium_changes(
     )
     op = event["op"]
     image = F.when(op == "d", event["before"]).when(op != "t", event["after"])
-    change_type = F.when(op.isin("c", "r", "u"), "UPSERT").when(op == "d", "DELETE")
-    change_type = change_type.when(op == "t", "TRUNCATE")
+    change_type = F.when(op.isin("c", "r", "u"), UPSERT).when(op == "d", DELETE)
+    change_type = change_type.when(op == "t", TRUNCATE)
     position = debezium_position(connector, event["source"])
     mapped = (
         e[corrupt].isNull()

@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from autocdc.engine.change_rows import DELETE, TRUNCATE, UPSERT
 from autocdc.sources import pgoutput as pg
 
 CHANGES_SCHEMA = (
@@ -24,7 +25,6 @@ CHANGES_SCHEMA = (
     "lsn STRING, xid BIGINT, _corrupt_record STRING"
 )
 SNAPSHOT_SEQUENCE = "0/0/0"
-UPSERT, DELETE, TRUNCATE = "UPSERT", "DELETE", "TRUNCATE"
 
 ChangeRow = tuple[str | None, str | None, str | None, str | None, str, int | None, str | None]
 
