@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -194,13 +196,19 @@ def apply_redo(
 ) -> None:
     """Step 3: append the redo to the state and quarantine tables (each skipped by Delta
     if it was already appended), then drop every redo folder up to this batch."""
-    if redo.quarantine.is_dir():
-        create_quarantine()
-        _append(spark, names.quarantine, spark.read.parquet(str(redo.quarantine)), names, redo)
-    crash_point("after_quarantine")
-    # The state last: its version is what catch_up compares with the target's.
-    rows = spark.read.schema(state_schema).parquet(str(redo.state))
-    _append(spark, names.state, rows, names, redo)
+    try:
+        if redo.quarantine.is_dir():
+            create_quarantine()
+            quarantined = spark.read.parquet(str(redo.quarantine))
+            _append(spark, names.quarantine, quarantined, names, redo)
+        crash_point("after_quarantine")
+        # The state last: its version is what catch_up compares with the target's.
+        rows = spark.read.schema(state_schema).parquet(str(redo.state))
+        _append(spark, names.state, rows, names, redo)
+    except (AnalysisException, Py4JJavaError):
+        # Another writer applied this redo and removed it while this one read it.
+        if committed_version(spark, names.state, names.app_id) < redo.batch:
+            raise
     for folder in _redo_folders(names.redo_root(spark)):
         if _batch_of(folder) <= redo.batch:
             shutil.rmtree(folder, ignore_errors=True)
@@ -237,6 +245,8 @@ def catch_up(
         token = _committed_token(spark, names, committed)
         candidates = [f for f in candidates if f.name.endswith(f"-{token}")]
     if len(candidates) != 1:
+        if committed_version(spark, names.state, names.app_id) >= committed:
+            return committed  # another writer applied it (and removed it) meanwhile
         raise RedoMissingError(
             target=names.target, batch=committed, folder=str(names.redo_root(spark))
         )

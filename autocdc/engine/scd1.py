@@ -312,9 +312,9 @@ def merge(
                 f"{st.comparable_sql(f.name, f.dataType, 't')}"
             )
             update_set[v] = (
-                f"CASE WHEN s.{take(f.name)} THEN s.{v} "
-                f"WHEN s.{tie(f.name)} AND {greater} THEN s.{v} "
-                f"WHEN s.{wipe(f.name)} THEN NULL ELSE t.{v} END"
+                f"CASE WHEN s.{q(take(f.name))} THEN s.{v} "
+                f"WHEN s.{q(tie(f.name))} AND {greater} THEN s.{v} "
+                f"WHEN s.{q(wipe(f.name))} THEN NULL ELSE t.{v} END"
             )
         update_condition = is_upsert
     else:

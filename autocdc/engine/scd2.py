@@ -44,7 +44,7 @@ def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFram
     return layout.select(
         keyed.select(
             F.lit(EVENT_ROW).alias(st.KIND),
-            *layout.key_names,
+            *[col(k) for k in layout.key_names],
             *[F.when(is_upsert, col(v)).alias(v) for v in layout.value_names],
             col(SEQ).alias(st.UPS),
             is_upsert.alias(st.LIVE),
