@@ -20,7 +20,7 @@ from conftest import SUBPROCESS_CONF
 from pyspark.sql import SparkSession
 
 import autocdc
-from autocdc.engine.flow import CRASH_ENV
+from autocdc.engine.faults import CRASH_ENV
 
 SCHEMA = "id int, a string, b int, op string, seq long"
 

@@ -1,6 +1,6 @@
 """Two writers on one flow: a commit that raced another is recomputed, never lost.
 
-Each state commit takes the next batch id as its Delta transaction version, so a writer
+Each target commit takes the next batch id as its Delta transaction version, so a writer
 that read older state loses the race and starts over against the new state.
 """
 
@@ -16,7 +16,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT, WORKER, rows
 
 import autocdc
-from autocdc.engine import tables
+from autocdc.engine import commit, gc
 
 SCHEMA = "id int, a string, b int, op string, seq long"
 MINE = [Change(1, 2, UPSERT, ("mine", 1)), Change(2, 5, DELETE), Change(3, 1, UPSERT, ("c", 3))]
@@ -45,19 +45,34 @@ def expected(changes: list[Change], scd_type: int):
     return fold_scd1(changes) if scd_type == 1 else fold_scd2(changes)
 
 
-def interleave_once(monkeypatch, mode: str, action) -> list[int]:
-    """Run ``action`` just before the next guarded ``mode`` commit; count the commits."""
-    real = tables.guarded_write
+def before_next_commit(monkeypatch, action) -> list[int]:
+    """Run ``action`` just before this writer's next target commit (its state and redo
+    are computed); return the batch ids of the target commits tried."""
+    real = commit.commit_target
     calls: list[int] = []
 
-    def racing(spark, name, rows_df, write_mode, app_id, version):
-        calls.append(version)
-        if write_mode == mode and len(calls) == 1:
+    def racing(spark, names, redo, merge, schema):
+        calls.append(redo.batch)
+        if len(calls) == 1:
             action()
-        return real(spark, name, rows_df, write_mode, app_id, version)
+        return real(spark, names, redo, merge, schema)
 
-    monkeypatch.setattr(tables, "guarded_write", racing)
+    monkeypatch.setattr(commit, "commit_target", racing)
     return calls
+
+
+def before_next_rewrite(monkeypatch, action) -> None:
+    """Run ``action`` just before the next compaction's commit."""
+    real = gc.rewrite
+    done: list[bool] = []
+
+    def racing(spark, table, rows, batch):
+        if not done:
+            done.append(True)
+            action()
+        return real(spark, table, rows, batch)
+
+    monkeypatch.setattr(gc, "rewrite", racing)
 
 
 @pytest.mark.parametrize("scd_type", [1, 2])
@@ -66,9 +81,10 @@ def test_a_batch_that_lost_the_race_is_recomputed(spark, new_table, monkeypatch,
     mine, theirs = flow_of(target, scd_type), flow_of(target, scd_type)
     mine.apply(spark.createDataFrame(rows(MINE[2:]), SCHEMA))
     other = spark.createDataFrame(rows(THEIRS), SCHEMA)
-    calls = interleave_once(monkeypatch, "append", lambda: theirs.apply(other))
+    calls = before_next_commit(monkeypatch, lambda: theirs.apply(other))
     mine.apply(spark.createDataFrame(rows(MINE[:2]), SCHEMA))
-    # This writer tried batch 2, the other committed batch 2, this one then batch 3.
+    # This writer tried batch 2 (stalled between its redo and its target commit), the
+    # other committed batch 2; Delta skipped this writer's commit, which then made 3.
     assert calls[:3] == [2, 2, 3]
     assert target_rows(spark, target, scd_type) == expected(MINE + THEIRS, scd_type)
 
@@ -78,7 +94,7 @@ def test_compaction_never_overwrites_a_concurrent_batch(spark, new_table, monkey
     mine, theirs = flow_of(target, 1), flow_of(target, 1)
     mine.apply(spark.createDataFrame(rows(MINE), SCHEMA))
     other = spark.createDataFrame(rows(THEIRS), SCHEMA)
-    interleave_once(monkeypatch, "overwrite", lambda: theirs.apply(other))
+    before_next_rewrite(monkeypatch, lambda: theirs.apply(other))
     mine.collect_tombstones(spark)
     assert target_rows(spark, target, 1) == expected(MINE + THEIRS, 1)
     # The state still holds the other writer's batch (key 1 at 4): 3 stays stale.

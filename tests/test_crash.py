@@ -1,12 +1,12 @@
 """Kill a real process at several points inside ``apply``; the target must converge.
 
 Two chains, an SCD1 and an SCD2 target, each step a fresh process (so tables are also
-found by name across processes): each target killed between its state (or log) and target
-commits, then given a *different* batch; the SCD1 one also killed after quarantining, then
-a replay and a clean batch. The chains share processes (four Spark starts, not five). Then
-(exploration only) a seeded random chain per SCD type: random batches of a fixed change
-set, each kill at a random crash point (the very first apply of the target included)
-followed by a different batch.
+found by name across processes): each target killed between its target commit and its
+state (or log) commit, then given a *different* batch; the SCD1 one also killed between
+its quarantine and state appends, then a replay and a clean batch. The chains share
+processes (four Spark starts, not five). Then (exploration only) a seeded random chain
+per SCD type: random batches of a fixed change set, each kill at a random crash point
+(the very first apply of the target included) followed by a different batch.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from conftest import explore
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
-from autocdc.engine.flow import CRASH_ENV
+from autocdc.engine.faults import CRASH_ENV
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 ROOT = WORKER.resolve().parent.parent
@@ -76,9 +76,9 @@ def test_killed_applies_converge(spark, tmp_path):
     # (A kill after the target commit: test_pipeline_kill.py, which kills `autocdc run`.)
     history_then = {"target": history, "scd_type": 2, "batches": [rows(C)]}
     steps = [
-        (history, rows(A + B), "after_state_commit", 2),  # between log and target commits
-        (target, {"before": history_then, "batches": [rows(A)]}, "after_state_commit", 1),
-        (target, [*rows(B), NULL_KEY_ROW], "after_quarantine", 1),
+        (history, rows(A + B), "after_target_commit", 2),  # between target and log commits
+        (target, {"before": history_then, "batches": [rows(A)]}, "after_target_commit", 1),
+        (target, [*rows(B), NULL_KEY_ROW], "after_quarantine", 1),  # before the state
         (target, {"batches": [[*rows(B), NULL_KEY_ROW], rows(C)]}, None, 1),
     ]
     codes = [run(tmp_path, name, batch, crash, scd) for name, batch, crash, scd in steps]
@@ -115,8 +115,8 @@ EVERYTHING = [
     Change(6, 2, DELETE),
 ]
 CRASH_POINTS = {
-    1: ["after_stage", "after_quarantine", "after_state_commit", "after_target_commit"],
-    2: ["after_quarantine", "after_state_commit", "after_target_commit"],  # no after_stage
+    1: ["after_stage", "after_target_commit", "after_quarantine", "after_state_commit"],
+    2: ["after_stage", "after_target_commit", "after_quarantine", "after_state_commit"],
 }
 # Seeds whose first kill hits the first apply after its state commit (then after the
 # quarantine for type 1, after the target commit for type 2); AUTOCDC_CRASH_SEED=n

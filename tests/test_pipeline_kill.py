@@ -17,7 +17,7 @@ from reference import fold_scd1, fold_scd2
 from test_crash import EVERYTHING, ROOT
 from test_pipelines import PYSPARK_SCD1, SQL_SCD2, drop, write_project
 
-from autocdc.engine.flow import CRASH_ENV
+from autocdc.engine.faults import CRASH_ENV
 
 SMALL_SPARK = {
     "spark.master": "local[2]",

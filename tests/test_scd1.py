@@ -146,7 +146,9 @@ def test_ties_are_resolved_the_same_in_one_or_two_batches(spark, new_table):
     for target in (one, two, three):
         assert_target(spark, target, [(1, "Ann", "Berlin")])
     assert together.conflicts == 1
-    assert (loser_late.upserted, loser_late.ignored_stale) == (0, 1)
+    # Across batches the target settles a tie (it holds the values): counted as a conflict
+    # either way, and only the winner is upserted.
+    assert (loser_late.upserted, loser_late.conflicts, loser_late.ignored_stale) == (0, 1, 0)
     assert (winner_late.upserted, winner_late.conflicts) == (1, 1)
 
 
@@ -203,9 +205,12 @@ def test_tombstone_collection_and_horizon(spark, new_table):
         spark.createDataFrame([(1, "A", "X", "INSERT", 1), (2, "B", "Y", "INSERT", 1)], SCHEMA)
     )
     deleted = flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 5)], SCHEMA))
-    # Retention 0: the apply that synced the delete collects its tombstone right away.
-    assert (deleted.tombstones_written, deleted.tombstones_collected) == (1, 1)
-    assert deleted.tombstones_live == 0
+    # An apply leaves collection to compaction (or a maintenance call), never does it
+    # on a process's first batch.
+    assert (deleted.tombstones_written, deleted.tombstones_collected) == (1, 0)
+    assert deleted.tombstones_live == 1
+    # Retention 0: the tombstone is collected at once.
+    assert flow.collect_tombstones(spark) == 1
     assert flow.collect_tombstones(spark) == 0
     # An upsert of key 1 at or below the horizon (5) cannot be judged: quarantined.
     late = flow.apply(
@@ -223,8 +228,8 @@ def test_tombstone_collection_and_horizon(spark, new_table):
 def test_late_beyond_horizon_apply_setting(spark, new_table):
     target = new_table("gc")
     flow = users_flow(target, tombstone_retention_days=0, late_beyond_horizon="apply")
-    collected = flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 5)], SCHEMA))
-    assert collected.tombstones_collected == 1
+    flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 5)], SCHEMA))
+    assert flow.collect_tombstones(spark) == 1
     metrics = flow.apply(spark.createDataFrame([(1, "A", "old", "UPDATE", 4)], SCHEMA))
     assert metrics.quarantined == 0
     assert_target(spark, target, [(1, "A", "old")])
@@ -242,10 +247,112 @@ def test_state_is_compacted_when_superseded_rows_outnumber_keys(spark, new_table
     flow.apply(spark.createDataFrame([(1, "A", "Z", "UPDATE", 3)], SCHEMA))
     state = spark.table(flow.state_table)
     # Two superseded rows > one key: rewritten as the current row plus one meta row.
-    assert sorted(tuple(r) for r in state.select("__autocdc_kind", "city").collect()) == [
-        ("M", None),
-        ("S", "Z"),
-    ]
+    kinds = state.select("__autocdc_kind", "__autocdc_ups").collect()
+    assert sorted(tuple(r) for r in kinds) == [("M", None), ("S", 3)]
     assert_target(spark, target, [(1, "A", "Z")])
     flow.apply(spark.createDataFrame([(1, "A", "Y", "UPDATE", 2)], SCHEMA))  # late: ignored
     assert_target(spark, target, [(1, "A", "Z")])
+
+
+PARTIAL = "k int, x string, y int, op string, s long"
+
+
+def partial_flow(target, **overrides):
+    spec = {
+        "target": target,
+        "keys": ["k"],
+        "sequence_by": "s",
+        "apply_as_deletes": "op = 'D'",
+        "except_column_list": ["op", "s"],
+        "ignore_null_updates": True,
+        "tombstone_retention_days": 0,
+    }
+    return autocdc.AutoCdcFlow(**{**spec, **overrides})
+
+
+def test_partial_update_below_the_horizon_is_quarantined(spark, new_table):
+    """Issue 18, defect 1: after collection, a key re-created above the horizon cannot
+    judge an old partial update (was there a delete between?): quarantined, counted."""
+    target = new_table("partial_gc")
+    flow = partial_flow(target)
+    flow.apply(spark.createDataFrame([(1, "x", 0, "U", 1), (2, "y", 0, "U", 1)], PARTIAL))
+    flow.apply(spark.createDataFrame([(1, None, None, "D", 5), (2, None, None, "D", 100)], PARTIAL))
+    assert flow.collect_tombstones(spark) == 2  # horizon 100
+    flow.apply(spark.createDataFrame([(1, None, 1, "U", 200)], PARTIAL))
+    late = flow.apply(spark.createDataFrame([(1, "A", 0, "U", 50)], PARTIAL))
+    assert (late.late_beyond_horizon, late.quarantined, late.ignored_stale) == (1, 1, 0)
+    assert_target(spark, target, [(1, None, 1)], "k int, x string, y int")
+    reasons = [r.reason for r in spark.table(flow.quarantine_table).collect()]
+    assert reasons == [QUARANTINE_LATE_BEYOND_HORIZON]
+
+
+def test_ties_compare_in_the_declared_order_whatever_the_batch_order(spark, new_table):
+    """Issue 18, defect 5: values sorted by name (x, y) decide a tie, in either arrival."""
+    a = spark.createDataFrame([(3, "mm", "zz", 4)], "k int, x string, y string, s long")
+    b = spark.createDataFrame([(3, "aa", "nn", 4)], "k int, y string, x string, s long")
+    for first, second in ((a, b), (b, a)):
+        target = new_table("tie_order")
+        flow = autocdc.AutoCdcFlow(
+            target=target, keys=["k"], sequence_by="s", except_column_list=["s"]
+        )
+        flow.apply(first)
+        flow.apply(second)
+        got = spark.table(target).select("k", "x", "y")
+        assert [tuple(r) for r in got.collect()] == [(3, "nn", "aa")]
+    listed = new_table("tie_listed")  # column_list's order decides instead: y first
+    flow = autocdc.AutoCdcFlow(
+        target=listed, keys=["k"], sequence_by="s", column_list=["k", "y", "x"]
+    )
+    flow.apply(a)
+    flow.apply(b)
+    assert [tuple(r) for r in spark.table(listed).select("k", "x", "y").collect()] == [
+        (3, "mm", "zz")
+    ]
+
+
+def test_a_crash_between_the_two_alters_changes_no_result(spark, new_table):
+    """Issue 18, defect 4: the target gained a column, the state did not (a kill between
+    the ALTERs); a batch adding another column then works, and ties keep their order."""
+    target = new_table("alter_crash")
+    flow = autocdc.AutoCdcFlow(
+        target=target,
+        keys=["k"],
+        sequence_by="s",
+        except_column_list=["s"],
+        ignore_null_updates=True,
+    )
+    flow.apply(spark.createDataFrame([(1, "a", 1)], "k int, x string, s long"))
+    spark.sql(f"ALTER TABLE {target} ADD COLUMNS (b string)")  # the state ALTER never ran
+    batch = spark.createDataFrame(
+        [(1, "z", "q", 2), (2, "m", "n", 2)], "k int, c string, b string, s long"
+    )
+    flow.apply(batch)
+    flow.apply(spark.createDataFrame([(1, "y", 2)], "k int, x string, s long"))  # a tie: y > a
+    got = {r.k: (r.x, r.b, r.c) for r in spark.table(target).collect()}
+    assert got == {1: ("y", "q", "z"), 2: (None, "n", "m")}
+    seqs = [c for c in spark.table(flow.state_table).columns if c.startswith("__autocdc_s__")]
+    assert sorted(seqs) == ["__autocdc_s__b", "__autocdc_s__c", "__autocdc_s__x"]
+
+
+def test_a_column_name_with_a_backtick(spark, new_table):
+    """Issue 18, defect 6: ``q`r`` works like any other name (as key and as value)."""
+    target = new_table("backtick")
+    flow = autocdc.AutoCdcFlow(
+        target=target, keys=["k`ey"], sequence_by="s", except_column_list=["s"]
+    )
+    schema = "`k``ey` int, `q``r` string, s long"
+    flow.apply(spark.createDataFrame([(1, "a", 1), (2, "b", 1)], schema))
+    flow.apply(spark.createDataFrame([(1, "c", 2), (2, "a", 0)], schema))
+    assert sorted(tuple(r) for r in spark.table(target).collect()) == [(1, "c"), (2, "b")]
+
+
+def test_a_state_table_of_the_old_format_is_refused(spark, new_table):
+    target = new_table("old_state")
+    flow = users_flow(target)
+    flow.apply(spark.createDataFrame(EXAMPLE[:2], SCHEMA))
+    state = flow.state_table
+    spark.sql(f"ALTER TABLE {state} UNSET TBLPROPERTIES ('autocdc.stateFormat')")
+    with pytest.raises(autocdc.StateFormatError) as raised:
+        users_flow(target).apply(spark.createDataFrame(EXAMPLE[2:], SCHEMA))
+    assert raised.value.params == {"table": state, "found": "1", "expected": "2"}
+    assert_target(spark, target, [(124, "Raul", "Oaxaca"), (123, "Isabel", "Monterrey")])

@@ -180,6 +180,25 @@ class DefinitionChangedError(AutoCdcError):
     )
 
 
+class StateFormatError(AutoCdcError):
+    error_class = "AUTOCDC_STATE_FORMAT_CHANGED"
+    template = (
+        "The state table `{table}` was written in format {found} by an older autocdc; this "
+        "one reads format {expected} (sequences only, no copy of the values). Rebuild the "
+        "flow from its source with a full refresh (`autocdc run --full-refresh <dataset>`, "
+        "or flow.full_refresh(spark)); the target stays readable until then."
+    )
+
+
+class RedoMissingError(AutoCdcError):
+    error_class = "AUTOCDC_REDO_MISSING"
+    template = (
+        "Batch {batch} of `{target}` committed to the target, but its redo (the state rows "
+        "still to append) is not in {folder}: it was removed by hand while the writer was "
+        "down. The state cannot be completed; rebuild the flow with a full refresh."
+    )
+
+
 class ConcurrentWriteError(AutoCdcError):
     error_class = "AUTOCDC_CONCURRENT_WRITE"
     template = (

@@ -4,8 +4,10 @@ The stored definition (keys, the sequence's type, the SCD type, ``ignore_null_up
 must match the declared one: the state means something else under another. Columns
 evolve as SEMANTICS.md allows: a batch may add nullable columns (they come last in the
 stored order), leave stored columns out (they read NULL) and widen a type the way Delta
-can; anything else is refused, naming the column and the change. Ties compare values in
-the *stored* order, so the layout always follows the stored tables, never the batch.
+can; anything else is refused, naming the column and the change. The value columns are
+the target's (the state table keeps none); ties compare them in the order the
+declaration fixes (``column_list``, else sorted by name), never in a batch's or the
+target's order, so no arrival order and no crash between two ALTERs can change a result.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from pyspark.sql.types import (
 
 from autocdc.engine import state as st
 from autocdc.engine import tables
-from autocdc.engine.errors import DefinitionChangedError, SchemaMismatchError
+from autocdc.engine.errors import (
+    DefinitionChangedError,
+    SchemaMismatchError,
+)
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import col, corrupt_column, sequence_type
 
@@ -73,7 +78,7 @@ class Fit:
     tracked: list[str]  # SCD type 2: value columns whose change opens a version
     target_columns: list[StructField]  # user columns of the target, in stored order
     creating: bool  # the tables do not exist yet
-    evolving: bool  # columns to add or types to widen
+    evolving: bool  # columns to add or types to widen (in the target or the state)
     conform: list[Column]  # the batch's columns, cast to stored types, missing ones NULL
 
 
@@ -87,6 +92,13 @@ def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
     }
 
 
+def tie_order(spec: FlowSpec, values: list[str]) -> list[str]:
+    """The order ties compare value columns in: ``column_list``'s, else by name."""
+    if spec.column_list is not None:
+        return [c for c in spec.column_list if c in values]
+    return sorted(values)
+
+
 def fit(
     spark: SparkSession, spec: FlowSpec, df: DataFrame, state_table: str, fresh: bool = False
 ) -> Fit:
@@ -94,16 +106,25 @@ def fit(
     target); raise before any write."""
     sequence = nullable(sequence_type(df, spec))
     found = not fresh and tables.exists(spark, state_table)
-    stored = st.Layout.of_table(spark, state_table) if found else None
     declared = definition(spec, sequence)
-    if stored is not None:
+    stored: tuple[list[StructField], list[StructField]] | None = None
+    if found:
         had = st.stored_definition(spark, state_table)
         for field, prop in st.DEFINITION_FIELDS.items():
             if prop in had and had[prop] != declared[prop]:
                 raise DefinitionChangedError(
                     target=spec.target, field=field, stored=had[prop], declared=declared[prop]
                 )
-    stored_names = [f.name for f in stored.keys + stored.values] if stored else []
+        target_fields = st.user_columns(tables.read(spark, spec.target).schema)
+        key_names = st.stored_keys(had)
+        stored = (
+            sorted(
+                (f for f in target_fields if f.name in key_names),
+                key=lambda f: key_names.index(f.name),
+            ),
+            [f for f in target_fields if f.name not in key_names],
+        )
+    stored_names = [f.name for f in stored[0] + stored[1]] if stored else []
     corrupt = corrupt_column(df)
     columns = spec.resolve(df.schema, sequence, stored_names, [corrupt] if corrupt else [])
     batch_types = {f.name: nullable(f.dataType) for f in df.schema.fields}
@@ -115,19 +136,21 @@ def fit(
         values = [f for f in fields if f.name not in columns.keys]
         target_columns = fields
     else:
-        keys, values, changes = _evolve(stored, columns.payload, batch_types)
+        keys, values, changes = _evolve(stored[0], stored[1], columns.payload, batch_types)
         if changes:
             raise SchemaMismatchError(target=spec.target, changed=changes)
-        target_columns = st.Layout.user_columns(tables.read(spark, spec.target).schema) + [
-            f for f in values if f.name not in stored_names
+        target_columns = [
+            _retyped(f, keys + values)
+            for f in target_fields + [f for f in values if f.name not in stored_names]
         ]
-        target_columns = [_retyped(f, keys + values) for f in target_columns]
 
     layout = st.Layout(
         keys=keys,
         values=values,
+        tie_order=tie_order(spec, [f.name for f in values]),
         sequence=sequence,
         per_column_sequences=spec.ignore_null_updates and spec.stored_as_scd_type == 1,
+        log_values=spec.stored_as_scd_type == 2,
     )
     tracked = [c for c in columns.tracked if c in layout.value_names]
     if spec.track_history_column_list is None:  # all but the excepted: new columns too
@@ -140,11 +163,15 @@ def fit(
         ).alias(f.name)
         for f in layout.keys + layout.values
     ]
-    evolving = stored is not None and (
-        [f.name for f in stored.keys + stored.values] != layout.key_names + layout.value_names
-        or [f.dataType for f in stored.keys + stored.values]
-        != [f.dataType for f in layout.keys + layout.values]
-    )
+    evolving = False
+    if stored is not None:
+        state_names = set(tables.read(spark, state_table).schema.names)
+        evolving = (
+            [f.name for f in stored[0] + stored[1]] != layout.key_names + layout.value_names
+            or [f.dataType for f in stored[0] + stored[1]]
+            != [f.dataType for f in layout.keys + layout.values]
+            or not set(layout.schema().names) <= state_names
+        )
     return Fit(
         layout=layout,
         tracked=tracked,
@@ -160,7 +187,10 @@ def _retyped(field: StructField, fields: list[StructField]) -> StructField:
 
 
 def _evolve(
-    stored: st.Layout, payload: list[str], batch_types: dict[str, DataType]
+    stored_keys: list[StructField],
+    stored_values: list[StructField],
+    payload: list[str],
+    batch_types: dict[str, DataType],
 ) -> tuple[list[StructField], list[StructField], list[str]]:
     """Stored columns (widened where the batch widens them) plus the batch's new ones."""
     changes: list[str] = []
@@ -174,8 +204,23 @@ def _evolve(
         changes.append(f"{f.name}: {f.dataType.simpleString()} -> {new.simpleString()}")
         return f
 
-    keys = [merged(f) for f in stored.keys]
-    values = [merged(f) for f in stored.values]
-    known = {f.name for f in stored.keys + stored.values}
+    keys = [merged(f) for f in stored_keys]
+    values = [merged(f) for f in stored_values]
+    known = {f.name for f in stored_keys + stored_values}
     values += [StructField(c, batch_types[c]) for c in payload if c not in known]
     return keys, values, changes
+
+
+def stored_layout(spark: SparkSession, spec: FlowSpec, state_table: str) -> st.Layout:
+    """The layout of a flow's existing tables (for maintenance, without a batch)."""
+    keys = st.stored_keys(st.stored_definition(spark, state_table))
+    fields = st.user_columns(tables.read(spark, spec.target).schema)
+    values = [f for f in fields if f.name not in keys]
+    return st.Layout(
+        keys=sorted((f for f in fields if f.name in keys), key=lambda f: keys.index(f.name)),
+        values=values,
+        tie_order=tie_order(spec, [f.name for f in values]),
+        sequence=tables.read(spark, state_table).schema[st.UPS].dataType,
+        per_column_sequences=spec.ignore_null_updates and spec.stored_as_scd_type == 1,
+        log_values=spec.stored_as_scd_type == 2,
+    )

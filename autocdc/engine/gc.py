@@ -1,4 +1,4 @@
-"""Compaction and tombstone collection: one rewrite of the state table.
+"""Compaction and tombstone collection: one rewrite of the (SCD type 1) state table.
 
 The state table is append-only between compactions (see :mod:`autocdc.engine.state`), so it
 keeps superseded versions of a key's row. A compaction rewrites it, in one commit, as
@@ -7,18 +7,24 @@ than the retention. A collected tombstone can no longer reject an older upsert o
 key, so the same commit raises the *horizon* (the largest sequence it collected) in the
 meta row; later, a change at or below the horizon for a key with no state is not applied
 silently (see ``late_beyond_horizon``).
+
+Every state row describes a committed target (see :mod:`autocdc.engine.commit`), so any
+of them may be compacted. The rewrite replaces only the rows of the batches it read
+(``replaceWhere __autocdc_batch <= b``): rows another writer appends meanwhile are of
+later batches and stay; a conflicting rewrite fails with a typed conflict and is retried.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from autocdc.engine import state as st
 from autocdc.engine import tables
 from autocdc.engine.stage import col
+from autocdc.engine.tables import CONFLICTS, LostRace
 
 COLLECTED, MAX_DEL, KEPT = "__autocdc_collected", "__autocdc_max_del", "__autocdc_kept"
 # Compact once superseded rows outnumber current ones, and there are this many of them.
@@ -30,30 +36,17 @@ def compaction_due(meta: st.Meta) -> bool:
     return superseded > meta.keys and superseded >= MIN_SUPERSEDED
 
 
-def compact(
-    spark: SparkSession,
-    state_table: str,
-    layout: st.Layout,
-    retention_days: float,
-    app_id: str,
-    synced_batch: int,
-) -> tuple[int, int]:
+def compact(spark: SparkSession, state_table: str, layout: st.Layout, retention_days: float) -> int:
     """Rewrite the state as current rows, minus dead rows untouched for
-    ``retention_days`` whose delete already reached the target (batch at or below
-    ``synced_batch``); one guarded commit that takes the next batch id.
-
-    Returns (tombstones collected, the batch the target is known synced to afterwards).
-    """
-    # The meta row first: its batch id guards the commit (see tables.guarded_write).
-    meta = st.meta_frame(spark, state_table, layout).localCheckpoint()
-    before = st.read_meta(meta)
-    batch = before.batch + 1
-    synced = max(before.synced, synced_batch)
-    synced = batch if synced >= before.batch else synced  # the rewrite adds no changes
+    ``retention_days``; returns how many tombstones were collected."""
+    meta = st.read_meta(spark, state_table, layout)
     cutoff = datetime.now(timezone.utc) - timedelta(days=retention_days)
-    victim = ~col(st.LIVE) & (col(st.UPDATED_AT) <= F.lit(cutoff)) & (col(st.BATCH) <= synced)
+    victim = ~col(st.LIVE) & (col(st.UPDATED_AT) <= F.lit(cutoff))
+    batch = meta.meta.batch
     rows = (
-        st.current(st.state_rows(spark, state_table), layout.key_names)
+        st.current(
+            st.state_rows(spark, state_table).where(col(st.BATCH) <= batch), layout.key_names
+        )
         .withColumn(COLLECTED, victim)
         .localCheckpoint()
     )
@@ -62,19 +55,26 @@ def compact(
         F.max(F.when(col(COLLECTED), col(st.DEL))).alias(MAX_DEL),
         F.count(F.when(~col(COLLECTED), 1)).alias(KEPT),
     )
-    new_meta = (
-        meta.crossJoin(stats)
-        .withColumn(st.FLOOR, F.greatest(st.FLOOR, MAX_DEL))
-        .withColumn(st.TOMBSTONES, col(st.TOMBSTONES) - col(COLLECTED))
-        .withColumn(st.BATCH, F.lit(batch).cast("long"))
-        .withColumn(st.SYNCED, F.lit(synced).cast("long"))
-        .withColumn(st.ROWS, col(KEPT))
-        .withColumn(st.KEYS, col(KEPT))
-        .withColumn(st.UPDATED_AT, F.current_timestamp())
+    horizons = (
+        meta.horizons.crossJoin(stats)
+        .select(col(st.DEL), F.greatest(st.FLOOR, MAX_DEL).alias(st.FLOOR), COLLECTED, KEPT)
         .localCheckpoint()
     )
-    collected = new_meta.select(COLLECTED).first()[COLLECTED]
-    kept = layout.select(rows.where(~col(COLLECTED)))
-    rewritten = kept.unionByName(layout.select(new_meta))
-    tables.guarded_write(spark, state_table, rewritten, "overwrite", app_id, batch)
-    return collected, synced
+    counts = horizons.select(COLLECTED, KEPT).first()
+    collected, kept = counts[COLLECTED], counts[KEPT]
+    after = st.Meta(batch, meta.meta.tombstones - collected, kept, kept)
+    rewritten = layout.select(rows.where(~col(COLLECTED))).unionByName(
+        st.meta_row(horizons, after, layout)
+    )
+    rewrite(spark, state_table, rewritten, batch)
+    return collected
+
+
+def rewrite(spark: SparkSession, state_table: str, rows: DataFrame, batch: int) -> None:
+    """Replace the rows of batches up to ``batch`` with ``rows``, in one commit."""
+    try:
+        rows.write.format("delta").mode("overwrite").option(
+            "replaceWhere", f"{st.BATCH} <= {batch}"
+        ).save(tables.default_location(spark, state_table))
+    except CONFLICTS as error:
+        raise LostRace(str(error)) from error

@@ -10,10 +10,12 @@ class BatchMetrics:
     """Counts for one micro-batch.
 
     ``ignored_stale``: changes at or below the sequence the state already held for
-    their key (late arrivals and replays; a tied upsert that wins also counts in
-    ``conflicts``). ``conflicts``: keys where two different upserts had one sequence (the
-    tie rule picked the winner). ``late_beyond_horizon``: changes at or below the
-    collected-tombstone horizon for a key with no state (quarantined by default).
+    their key (late arrivals and replays). ``conflicts``: keys where two different upserts
+    had one sequence (the tie rule picked the winner: in the batch, or, against an upsert
+    of an earlier batch, in the target MERGE, and then ``upserted`` says whether the new
+    one won). With ``ignore_null_updates`` only ties inside one batch are counted.
+    ``late_beyond_horizon``: changes at or below the collected-tombstone horizon for a
+    key with no state (quarantined by default).
     """
 
     flow: str

@@ -1,7 +1,8 @@
 """The dead-letter table: rows that could not be applied, kept whole with a reason.
 
-Writes are idempotent by content (an insert-only MERGE on flow, reason and row), so a
-batch replayed after a crash does not quarantine its rows twice.
+A batch's rows are those not already quarantined with the same flow, reason and row (a
+change resent later is kept once), and they are appended with the batch's commit (see
+:mod:`autocdc.engine.commit`), so a batch replayed after a crash adds nothing twice.
 """
 
 from __future__ import annotations
@@ -41,15 +42,14 @@ def rows(rejected: DataFrame, source_columns: list[str], flow: str, batch_id: in
     )
 
 
-def write(spark: SparkSession, table: str, quarantined: DataFrame) -> None:
+def create(spark: SparkSession, table: str) -> None:
     tables.create(spark, table, SCHEMA)
-    (
-        tables.delta_table(spark, table)
-        .alias("q")
-        .merge(
-            quarantined.dropDuplicates(["flow", "reason", "row"]).alias("n"),
-            "q.flow = n.flow AND q.reason = n.reason AND q.row = n.row",
-        )
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+
+
+def new_rows(spark: SparkSession, table: str, quarantined: DataFrame) -> DataFrame:
+    """``quarantined`` without the rows the table already holds (by flow, reason, row)."""
+    distinct = quarantined.dropDuplicates(["flow", "reason", "row"])
+    if not tables.exists(spark, table):
+        return distinct
+    held = tables.read(spark, table).select("flow", "reason", "row")
+    return distinct.join(held, ["flow", "reason", "row"], "left_anti").select(*SCHEMA.names)

@@ -3,30 +3,41 @@
 The fold of SEMANTICS.md, computed per key without replaying history:
 
 * the winning upsert is the greatest ``(sequence, row)``: at equal sequence the greatest
-  row wins, compared column by column in target order with NULL lowest (maps compare as
-  JSON). With ``ignore_null_updates`` the same rule runs per column over non-NULL values;
+  row wins, compared column by column in the declared tie order with NULL lowest (maps
+  compare as JSON). With ``ignore_null_updates`` the same rule runs per column over
+  non-NULL values;
 * a delete or truncate at a sequence removes every upsert at or below it (at equal
   sequence the delete orders after the upsert);
 * a key is live when its upsert sequence is above its delete sequence.
 
-Every comparison uses only what the state row keeps, so two tied changes reach the same
-winner whether they arrive in one batch or in two.
+The state keeps sequences, not values; a live key's values are the target's. So an upsert
+that ties the stored winner's sequence cannot be settled here: if its hash equals the
+stored winner's it is a duplicate, else it goes to the target MERGE flagged as a tie, and
+the MERGE compares it with the row the target holds. Both tied changes are thus judged
+by the same rule whether they arrive in one batch or in two.
+
+One pass yields, per touched key, the new state row, whether it changed, the change the
+target needs (``ACTION``: delete, or upsert with per-column instructions) and the key's
+event counts for the batch metrics.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from autocdc.engine import state as st
+from autocdc.engine import tables
+from autocdc.engine.batch import Batch, Plan
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
-# Per-event and per-key working columns (never stored); see state.derived for names.
+# Horizons: collected tombstones (M_GC), truncates before (M_TRUNC) and after (NEW_TRUNC).
 M_GC, M_TRUNC, NEW_TRUNC = "__autocdc_m_gc", "__autocdc_m_trunc", "__autocdc_new_trunc"
-DEDUP = "__autocdc_dedup"
+DEDUP, EV_HASH = "__autocdc_dedup", "__autocdc_ev_hash"
 LATE, STALE = "__autocdc_late", "__autocdc_stale"
 B_UPS, B_DEL, B_VER, B_VAL = (
     "__autocdc_b_ups",
@@ -35,7 +46,8 @@ B_UPS, B_DEL, B_VER, B_VAL = (
     "__autocdc_b_val",
 )
 OLD_EXISTS, OLD_LIVE, CONFLICT = "__autocdc_o_exists", "__autocdc_o_live", "__autocdc_conflict"
-IMAGE_CHANGED, CHANGED = "__autocdc_image_changed", "__autocdc_changed"
+CHANGED, ACTION, TIE = "__autocdc_changed", "__autocdc_action", "__autocdc_tie"
+ACT_DELETE, ACT_UPSERT = "D", "U"
 # Per key: events folded, events in all, late and stale ones (the batch's metrics).
 N_OK, N_EVENTS, N_LATE, N_STALE = (
     "__autocdc_n_ok",
@@ -60,23 +72,28 @@ def old(name: str) -> str:
     return st.derived("o", name)
 
 
-def _row_tie(layout: st.Layout, rename: bool = False) -> Column:
-    """The tie-breaker of equal-sequence upserts: the row's values, in stored order."""
-    return F.struct(
-        *[
-            st.comparable(old(f.name) if rename else f.name, f.dataType).alias(f.name)
-            for f in layout.values
-        ]
-    )
+def take(name: str) -> str:
+    """Target instruction: set column ``name`` to the batch's value."""
+    return st.derived("take", name)
 
 
-def truncate_horizon(batch_max: DataFrame, meta: DataFrame) -> DataFrame:
+def tie(name: str) -> str:
+    """Target instruction: the batch's value ties the stored one's sequence (compare)."""
+    return st.derived("tie", name)
+
+
+def wipe(name: str) -> str:
+    """Target instruction: a delete in the batch erased column ``name``."""
+    return st.derived("wipe", name)
+
+
+def horizons(meta: DataFrame, batch_truncate: DataFrame) -> DataFrame:
     """One row: the truncate horizon before (M_TRUNC) and after (NEW_TRUNC) this batch,
-    and the collected-tombstone horizon (M_GC). ``batch_max`` is one row with the
+    and the collected-tombstone horizon (M_GC). ``batch_truncate`` is one row with the
     batch's greatest truncate sequence in NEW_TRUNC; horizons never leave Spark."""
     return (
         F.broadcast(meta.select(col(st.FLOOR).alias(M_GC), col(st.DEL).alias(M_TRUNC)))
-        .crossJoin(batch_max.select(NEW_TRUNC))
+        .crossJoin(batch_truncate.select(NEW_TRUNC))
         .select(F.greatest(NEW_TRUNC, M_TRUNC).alias(NEW_TRUNC), M_TRUNC, M_GC)
     )
 
@@ -84,67 +101,64 @@ def truncate_horizon(batch_max: DataFrame, meta: DataFrame) -> DataFrame:
 def classify(
     changes: DataFrame,
     old_state: DataFrame,
-    truncate: DataFrame,
+    bounds: DataFrame,
     layout: st.Layout,
     quarantine_late: bool,
 ) -> DataFrame:
     """Deduplicate the batch's keyed changes and flag each as LATE (beyond the horizon,
-    to quarantine) or STALE (older than the state already held).
-
-    ``truncate`` is the one-row frame of :func:`truncate_horizon`.
-    """
+    to quarantine) or STALE (no effect on the state already held)."""
     keys = layout.key_names
     # Exact duplicates: a delete is its key and sequence, an upsert also its values.
     keyed = changes.where(col(OP) != TRUNCATE).withColumn(
-        DEDUP, F.when(col(OP) == UPSERT, _row_tie(layout))
+        DEDUP, F.when(col(OP) == UPSERT, layout.tie())
     )
-    keyed = keyed.dropDuplicates([*keys, SEQ, OP, DEDUP])
-
+    keyed = keyed.dropDuplicates([*keys, SEQ, OP, DEDUP]).withColumn(
+        EV_HASH, F.xxhash64(col(DEDUP))
+    )
     olds = old_state.select(
         *[col(k) for k in keys],
-        *[col(c).alias(old(c)) for c in (st.UPS, st.DEL, st.FLOOR)],
+        *[col(c).alias(old(c)) for c in (st.UPS, st.DEL, st.FLOOR, st.HASH)],
         F.lit(True).alias(OLD_EXISTS),
     )
-    events = keyed.join(olds, keys, "left").crossJoin(F.broadcast(truncate))
-    # The horizon rule is for keys with no state; a key with state (re-created after its
-    # tombstone was collected) judges its own old changes: stale, below its floor.
-    late = (
-        col(OLD_EXISTS).isNull() & F.coalesce(col(SEQ) <= col(M_GC), F.lit(False))
-        if quarantine_late
-        else F.lit(False)
-    )
+    events = keyed.join(olds, keys, "left").crossJoin(F.broadcast(bounds))
+    late = F.lit(False)
+    if quarantine_late:
+        no_state = col(OLD_EXISTS).isNull()
+        late = no_state & F.coalesce(col(SEQ) <= col(M_GC), F.lit(False))
+        if layout.per_column_sequences:
+            # A key re-created above the horizon: whether a collected delete fell between
+            # an old partial update and the re-creation is unknown, so the columns it
+            # would set cannot be judged (unless its own stored delete outdates it).
+            late = late | (
+                ~no_state
+                & (col(OP) == UPSERT)
+                & F.coalesce(col(SEQ) <= col(old(st.FLOOR)), F.lit(False))
+                & F.coalesce(col(SEQ) > col(old(st.DEL)), F.lit(True))
+            )
     newest_old = F.greatest(old(st.UPS), old(st.DEL))
-    # At or below what the state held; a delete at the upsert's own sequence still wins.
+    same_winner = F.lit(True) if layout.per_column_sequences else col(EV_HASH) == col(old(st.HASH))
     stale = F.coalesce(
         (col(SEQ) < newest_old)
         | (col(SEQ) == col(old(st.DEL)))
-        | ((col(OP) == UPSERT) & (col(SEQ) == col(old(st.UPS))))
-        | _below_floor(),
+        | ((col(OP) == UPSERT) & (col(SEQ) == col(old(st.UPS))) & same_winner),
         F.lit(False),
     )
-    events = (
+    return (
         events.withColumn(LATE, late)
         .withColumn(STALE, ~col(LATE) & stale)
         .withColumn(REASON, F.when(col(LATE), F.lit(QUARANTINE_LATE_BEYOND_HORIZON)))
     )
-    return events
-
-
-def _below_floor() -> Column:
-    """At or below the collected-tombstone horizon the key's state was created under."""
-    return F.coalesce(col(SEQ) <= col(old(st.FLOOR)), F.lit(False))
 
 
 def fold(
-    events: DataFrame, old_state: DataFrame, truncate: DataFrame, layout: st.Layout, batch_id: int
+    events: DataFrame, old_state: DataFrame, bounds: DataFrame, layout: st.Layout, batch_id: int
 ) -> DataFrame:
     """The new state row of every key the batch touches, flagged CHANGED where it differs
-    from the stored one, with the key's event counts: one pass yields both the rows to
-    write and the batch's metrics."""
-    # A change at or below the key's stored delete is dead on arrival: leave the row as is.
-    dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False)) | _below_floor()
+    from the stored one, with the target change and the key's event counts."""
+    # A change at or below the key's stored delete is dead on arrival.
+    dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False))
     per_key = _fold_batch(events, ~col(LATE) & ~dead, layout)
-    return _combine(per_key, old_state, truncate, layout, batch_id)
+    return _combine(per_key, old_state, bounds, layout, batch_id)
 
 
 def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
@@ -160,7 +174,7 @@ def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
         F.max(F.when(ok & (col(OP) == DELETE), col(SEQ))).alias(B_DEL),
         # Different upserts at one key and sequence in this batch: counted, then tie-broken.
         (
-            F.countDistinct(F.when(is_upsert, F.struct(col(SEQ), col(DEDUP))))
+            F.countDistinct(F.when(is_upsert, F.struct(col(SEQ), col(EV_HASH))))
             > F.countDistinct(F.when(is_upsert, col(SEQ)))
         ).alias(CONFLICT),
     ]
@@ -180,94 +194,208 @@ def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
             F.max(ver).alias(B_VER),
             F.max_by(F.struct(*[col(v) for v in layout.value_names]), ver).alias(B_VAL),
         ]
-    return events.groupBy(*layout.key_names).agg(*aggs)
+    return events.groupBy(*[col(k) for k in layout.key_names]).agg(*aggs)
 
 
 def _combine(
     per_key: DataFrame,
     old_state: DataFrame,
-    truncate: DataFrame,
+    bounds: DataFrame,
     layout: st.Layout,
     batch_id: int,
 ) -> DataFrame:
     """Fold the batch's per-key result into the old state."""
     keys, values = layout.key_names, layout.value_names
-    stored = [c for c in layout.schema().names if c not in keys and c != st.KIND]
+    seq_columns = [st.UPS, st.DEL, st.FLOOR, st.HASH, st.LIVE]
+    if layout.per_column_sequences:
+        seq_columns += [st.column_seq(v) for v in values]
     olds = old_state.select(
         *[col(k) for k in keys],
-        *[col(c).alias(old(c)) for c in stored],
+        *[col(c).alias(old(c)) for c in seq_columns],
         F.lit(True).alias(OLD_EXISTS),
     )
-    df = per_key.join(olds, keys, "full").crossJoin(F.broadcast(truncate))
+    df = per_key.join(olds, keys, "full").crossJoin(F.broadcast(bounds))
     old_exists = F.coalesce(col(OLD_EXISTS), F.lit(False))
+    old_live = F.coalesce(col(old(st.LIVE)), F.lit(False))
 
     dele = F.greatest(old(st.DEL), B_DEL, NEW_TRUNC)
     ups = F.greatest(old(st.UPS), B_UPS)
+    live = ups.isNotNull() & F.coalesce(ups > dele, F.lit(True))
     out: dict[str, Column] = {st.KIND: F.lit(st.STATE_ROW)}
     out |= {k: col(k) for k in keys}
-
-    if layout.per_column_sequences:
-        for f in layout.values:
-            old_ver = F.when(
-                col(old(st.column_seq(f.name))).isNotNull(),
-                F.struct(
-                    col(old(st.column_seq(f.name))).alias("s"),
-                    st.comparable(old(f.name), f.dataType).alias("t"),
-                ),
-            )
-            new_ver = col(b_ver(f.name))
-            take = new_ver.isNotNull() & (old_ver.isNull() | (new_ver > old_ver))
-            seq = F.when(take, new_ver["s"]).otherwise(col(old(st.column_seq(f.name))))
-            wiped = F.coalesce(seq <= dele, F.lit(False))  # a later delete erased it
-            out[f.name] = (
-                F.when(wiped, None).when(take, col(b_col(f.name))).otherwise(col(old(f.name)))
-            )
-            out[st.column_seq(f.name)] = F.when(~wiped, seq)
-        conflict = F.coalesce(col(CONFLICT), F.lit(False))
-    else:
-        old_ver = F.when(
-            col(old(st.UPS)).isNotNull(),
-            F.struct(col(old(st.UPS)).alias("s"), _row_tie(layout, rename=True).alias("t")),
-        )
-        take = col(B_VER).isNotNull() & (old_ver.isNull() | (col(B_VER) > old_ver))
-        for v in values:
-            out[v] = F.when(take, col(B_VAL)[v]).otherwise(col(old(v)))
-        tied_across = (col(B_VER)["s"] == old_ver["s"]) & (col(B_VER)["t"] != old_ver["t"])
-        conflict = F.coalesce(col(CONFLICT), F.lit(False)) | F.coalesce(tied_across, F.lit(False))
-
     out[st.UPS] = ups
     out[st.DEL] = dele
     out[st.FLOOR] = F.when(old_exists, col(old(st.FLOOR))).otherwise(col(M_GC))
-    out[st.LIVE] = ups.isNotNull() & F.coalesce(ups > dele, F.lit(True))
+    instructions: dict[str, Column] = {}
+    conflict = F.coalesce(col(CONFLICT), F.lit(False))
+
+    if layout.per_column_sequences:
+        ties: list[Column] = []
+        for f in layout.values:
+            new_ver, old_seq = col(b_ver(f.name)), col(old(st.column_seq(f.name)))
+            taken = new_ver.isNotNull() & (old_seq.isNull() | (new_ver["s"] > old_seq))
+            tied = F.coalesce(new_ver["s"] == old_seq, F.lit(False))
+            seq = F.when(taken, new_ver["s"]).otherwise(old_seq)
+            wiped = F.coalesce(seq <= dele, F.lit(False))  # a later delete erased it
+            out[st.column_seq(f.name)] = F.when(~wiped, seq)
+            instructions[f.name] = F.when(~wiped & (taken | tied), col(b_col(f.name)))
+            instructions[take(f.name)] = taken & ~wiped
+            instructions[tie(f.name)] = tied & ~wiped
+            instructions[wipe(f.name)] = wiped
+            ties.append(tied & ~wiped)
+        out[st.HASH] = F.lit(None).cast("long")
+        any_tie = reduce(lambda a, b: a | b, ties, F.lit(False))
+        upsert = None  # decided below, from whether the state changed
+    else:
+        b_seq = col(B_VER)["s"]
+        b_hash = F.xxhash64(col(B_VER)["t"])
+        taken = b_seq.isNotNull() & (col(old(st.UPS)).isNull() | (b_seq > col(old(st.UPS))))
+        tied = F.coalesce((b_seq == col(old(st.UPS))) & (b_hash != col(old(st.HASH))), F.lit(False))
+        out[st.HASH] = F.when(taken | tied, b_hash).otherwise(col(old(st.HASH)))
+        instructions |= {v: col(B_VAL)[v] for v in values}
+        instructions[TIE] = tied & ~taken
+        conflict = conflict | tied
+        upsert = live & (taken | tied)
+
+    out[st.LIVE] = live
     out[st.BATCH] = F.lit(batch_id).cast("long")
     out[st.UPDATED_AT] = F.current_timestamp()
 
-    counts = [F.coalesce(col(n), F.lit(0)).alias(n) for n in (N_OK, N_EVENTS, N_LATE, N_STALE)]
-    df = df.select(
-        *[c.alias(name) for name, c in out.items()],
-        *counts,
-        old_exists.alias(OLD_EXISTS),
-        F.coalesce(col(old(st.LIVE)), F.lit(False)).alias(OLD_LIVE),
-        conflict.alias(CONFLICT),
-        *[col(old(c)) for c in stored if c not in (st.BATCH, st.UPDATED_AT, *st.META_ONLY)],
-    )
-    compared = [c for c in stored if c not in (st.LIVE, st.BATCH, st.UPDATED_AT, *st.META_ONLY)]
+    compared = [c for c in seq_columns]
     fields = {f.name: f.dataType for f in layout.schema().fields}
 
-    def same(names: list[str]) -> Column:
-        return reduce(
-            lambda a, b: a & b,
-            [
-                st.comparable(n, fields[n]).eqNullSafe(st.comparable(old(n), fields[n]))
-                for n in names
-            ],
-            F.lit(True),
+    def same_as_old(name: str) -> Column:
+        return out[name].cast(fields[name]).eqNullSafe(col(old(name)))
+
+    unchanged = reduce(lambda a, b: a & b, [same_as_old(c) for c in compared])
+    # A key without state changes once an event of it is folded (not all were late/dead).
+    changed = F.when(old_exists, ~unchanged).otherwise(F.coalesce(col(N_OK), F.lit(0)) > 0)
+    if upsert is None:
+        upsert = live & (changed | any_tie)
+    action = F.when(old_live & ~live, F.lit(ACT_DELETE)).when(upsert, F.lit(ACT_UPSERT))
+
+    counts = [F.coalesce(col(n), F.lit(0)).alias(n) for n in (N_OK, N_EVENTS, N_LATE, N_STALE)]
+    return df.select(
+        *[c.alias(name) for name, c in out.items()],
+        *[c.alias(name) for name, c in instructions.items()],
+        changed.alias(CHANGED),
+        action.alias(ACTION),
+        *counts,
+        old_exists.alias(OLD_EXISTS),
+        old_live.alias(OLD_LIVE),
+        conflict.alias(CONFLICT),
+    )
+
+
+def merge(
+    spark: SparkSession, target: str, layout: st.Layout, changes: DataFrame
+) -> Callable[[], DataFrame]:
+    """The target MERGE of the keys whose ACTION is set (not run until called)."""
+    keys, values = layout.key_names, layout.value_names
+    q = tables.ident
+    flags = (
+        [c for v in values for c in (take(v), tie(v), wipe(v))]
+        if layout.per_column_sequences
+        else [TIE]
+    )
+    source = changes.where(col(ACTION).isNotNull()).select(
+        *[col(c) for c in [*keys, *values, ACTION, *flags]]
+    )
+    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
+    is_upsert = f"s.{ACTION} = '{ACT_UPSERT}'"
+    if layout.per_column_sequences:
+        update_set = {}
+        for f in layout.values:
+            v = q(f.name)
+            greater = (
+                f"{st.comparable_sql(f.name, f.dataType, 's')} > "
+                f"{st.comparable_sql(f.name, f.dataType, 't')}"
+            )
+            update_set[v] = (
+                f"CASE WHEN s.{q(take(f.name))} THEN s.{v} "
+                f"WHEN s.{q(tie(f.name))} AND {greater} THEN s.{v} "
+                f"WHEN s.{q(wipe(f.name))} THEN NULL ELSE t.{v} END"
+            )
+        update_condition = is_upsert
+    else:
+        update_set = {q(v): f"s.{q(v)}" for v in values}
+        same = " AND ".join(st.same_sql(f.name, f.dataType) for f in layout.values) or "TRUE"
+        wins = f"(NOT s.{TIE} OR {layout.tie_sql('s')} > {layout.tie_sql('t')})"
+        update_condition = f"{is_upsert} AND {wins} AND NOT ({same})"
+
+    def run() -> DataFrame:
+        return (
+            tables.delta_table(spark, target)
+            .alias("t")
+            .merge(source.alias("s"), on)
+            .whenMatchedDelete(condition=f"s.{ACTION} = '{ACT_DELETE}'")
+            .whenMatchedUpdate(condition=update_condition, set=update_set)
+            .whenNotMatchedInsert(
+                condition=is_upsert, values={q(c): f"s.{q(c)}" for c in keys + values}
+            )
+            .execute()
         )
 
-    # A key without state changes once an event of it is folded (not all were late/dead).
-    changed = F.when(col(OLD_EXISTS), ~same(compared)).otherwise(col(N_OK) > 0)
-    return (
-        df.withColumn(IMAGE_CHANGED, ~same(values))
-        .withColumn(CHANGED, changed)
-        .drop(*[old(c) for c in compared])
+    return run
+
+
+def plan(batch: Batch) -> Plan:
+    """Reconcile the batch against the state of its keys (all keys when it truncates):
+    one materialized pass, one aggregate for the counts."""
+    spark, layout, staged = batch.spark, batch.layout, batch.staged
+    keys = layout.key_names
+    if batch.counts.truncates:
+        truncated = staged.tagged.agg(
+            F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias(NEW_TRUNC)
+        )
+    else:
+        truncated = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
+    bounds = horizons(batch.meta.horizons, truncated)
+    old_state = st.state_rows(spark, batch.names.state)
+    if not batch.counts.truncates:  # key-pruned: only the state of keys in this batch
+        batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
+        old_state = old_state.join(batch_keys.distinct(), keys, "left_semi")
+    old_state = st.current(old_state, keys)
+    events = classify(
+        staged.changes, old_state, bounds, layout, batch.spec.late_beyond_horizon == "quarantine"
+    )
+    touched = fold(events, old_state, bounds, layout, batch.batch_id).localCheckpoint()
+
+    changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
+    was_tombstone = col(OLD_EXISTS) & ~old_live
+
+    def total(name: str) -> Column:
+        return F.coalesce(F.sum(name), F.lit(0))
+
+    def count(condition: Column) -> Column:
+        return F.count(F.when(condition, 1))
+
+    row = touched.agg(
+        total(N_EVENTS).alias("distinct"),
+        total(N_LATE).alias("late"),
+        total(N_STALE).alias("stale"),
+        count(changed & ~live).alias("tombstones_written"),
+        (count(changed & ~live & ~was_tombstone) - count(changed & live & was_tombstone)).alias(
+            "tombstone_delta"
+        ),
+        count(changed & col(CONFLICT)).alias("conflicts"),
+        count(changed).alias("changed"),
+        count(changed & ~col(OLD_EXISTS)).alias("new_keys"),
+        count(col(ACTION).isNotNull()).alias("actions"),
+    ).first()
+    stats = row.asDict()
+    late = None
+    if stats["late"]:
+        late = events.where(col(LATE)).select(*staged.source_columns, SEQ, REASON)
+    new_horizons = None
+    if batch.counts.truncates:
+        new_horizons = bounds.select(
+            col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
+        ).localCheckpoint()
+    return Plan(
+        state_rows=layout.select(touched.where(changed)),
+        merge=merge(spark, batch.names.target, layout, touched) if stats["actions"] else None,
+        late=late,
+        stats=stats,
+        horizons=new_horizons,
     )

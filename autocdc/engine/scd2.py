@@ -6,20 +6,26 @@ upsert). A version is a function of a key's whole log, and splitting history for
 change needs what the row looked like at that sequence, which in-place updates of
 untracked columns and partial updates would otherwise lose; so for every key a batch
 touches, the history is recomputed from the key's log with window functions, and the
-key's versions in the target are replaced by the result (one MERGE).
+key's versions in the target are replaced by the result (one MERGE). The log's new rows
+reach the state table through the redo of :mod:`autocdc.engine.commit`, after the target
+committed, so the log always describes the target.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from collections.abc import Callable
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from autocdc.engine import state as st
 from autocdc.engine import tables
+from autocdc.engine.batch import Batch, Plan
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
 
-EVENT_ROW = "E"
+EVENT_ROW = st.EVENT_ROW
 RANK, SEG, START, BOUNDARY = "__autocdc_rank", "__autocdc_seg", "__autocdc_start", "__autocdc_b"
 VERSION, NEXT, VALUES, GONE = (
     "__autocdc_version",
@@ -27,24 +33,18 @@ VERSION, NEXT, VALUES, GONE = (
     "__autocdc_vals",
     "__autocdc_gone",
 )
-DEDUP = "__autocdc_dedup"
-
-
-def _values_tie(layout: st.Layout) -> Column:
-    return F.struct(*[st.comparable(f.name, f.dataType).alias(f.name) for f in layout.values])
+DEDUP, NEW = "__autocdc_dedup", "__autocdc_new"
 
 
 def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFrame:
     """The batch's distinct keyed changes as change-log rows (a delete carries no values)."""
     is_upsert = col(OP) == UPSERT
-    keyed = changes.where(col(OP) != TRUNCATE).withColumn(
-        DEDUP, F.when(is_upsert, _values_tie(layout))
-    )
+    keyed = changes.where(col(OP) != TRUNCATE).withColumn(DEDUP, F.when(is_upsert, layout.tie()))
     keyed = keyed.dropDuplicates([*layout.key_names, SEQ, OP, DEDUP])
     return layout.select(
         keyed.select(
             F.lit(EVENT_ROW).alias(st.KIND),
-            *layout.key_names,
+            *[col(k) for k in layout.key_names],
             *[F.when(is_upsert, col(v)).alias(v) for v in layout.value_names],
             col(SEQ).alias(st.UPS),
             is_upsert.alias(st.LIVE),
@@ -68,7 +68,7 @@ def history(
             for f in layout.values
         ]
     else:  # equal-sequence upserts: the greatest row wins
-        best = F.max_by(F.struct(*[col(v) for v in values]), _values_tie(layout))
+        best = F.max_by(F.struct(*[col(v) for v in values]), layout.tie())
         merged = [best.alias(VALUES)]
     key_cols = [col(k) for k in keys]
     upserts = upserts.groupBy(*key_cols, st.UPS).agg(*merged)
@@ -124,28 +124,31 @@ def history(
     )
 
 
-def pending_log(
-    spark: SparkSession, state_table: str, keys: list[str], after_batch: int
-) -> DataFrame:
-    """The whole log of every key logged after batch ``after_batch``."""
-    log = tables.read(spark, state_table).where(col(st.KIND) == EVENT_ROW)
-    touched = log.where(col(st.BATCH) > after_batch).select(*[col(k) for k in keys]).distinct()
-    return log.join(touched, keys, "left_semi")
-
-
-def sync(
+def merge(
     spark: SparkSession,
     target: str,
     layout: st.Layout,
     tracked: list[str],
     ignore_null_updates: bool,
     log: DataFrame,
-) -> None:
-    """Recompute the history of every key in ``log`` (each key's whole log); one MERGE.
+) -> Callable[[], DataFrame]:
+    """The MERGE that replaces the history of every key in ``log`` (each key's whole log)
+    with the one recomputed from it (not run until called)."""
 
-    Idempotent: it depends only on the log, so a crash before it is repaired by the next
-    apply (which passes :func:`pending_log`).
-    """
+    def run() -> DataFrame:
+        return _merge(spark, target, layout, tracked, ignore_null_updates, log)
+
+    return run
+
+
+def _merge(
+    spark: SparkSession,
+    target: str,
+    layout: st.Layout,
+    tracked: list[str],
+    ignore_null_updates: bool,
+    log: DataFrame,
+) -> DataFrame:
     keys, values = layout.key_names, layout.value_names
     touched = log.select(*[col(k) for k in keys]).distinct()
     fresh = history(log, layout, tracked, ignore_null_updates)
@@ -167,7 +170,7 @@ def sync(
         [st.same_sql(f.name, f.dataType) for f in layout.values]
         + [st.same_sql(END_AT, layout.sequence)]
     )
-    (
+    return (
         tables.delta_table(spark, target)
         .alias("t")
         .merge(source.alias("s"), on)
@@ -182,3 +185,54 @@ def sync(
         )
         .execute()
     )
+
+
+def plan(batch: Batch) -> Plan:
+    """Log the batch's new changes; rebuild the touched keys' history from their log."""
+    spark, layout = batch.spark, batch.layout
+    keys = layout.key_names
+    events = event_rows(batch.staged.changes, layout, batch.batch_id)
+    logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
+    logged = logged.join(
+        events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
+    ).localCheckpoint()
+    fields = {f.name: f.dataType for f in layout.schema().fields}
+    same = [
+        st.comparable(c, fields[c], col(c, "n")).eqNullSafe(
+            st.comparable(c, fields[c], col(c, "o"))
+        )
+        for c in [*keys, st.UPS, st.LIVE, *layout.value_names]
+    ]
+    known = logged.select(
+        *[col(c) for c in fields if c in [*keys, st.UPS, st.LIVE, *layout.value_names]]
+    )
+    flagged = (
+        events.alias("n")
+        .join(
+            known.withColumn(NEW, F.lit(False)).alias("o"), reduce(lambda a, b: a & b, same), "left"
+        )
+        .select("n.*", F.coalesce(col(NEW, "o"), F.lit(True)).alias(NEW))
+    )
+    flagged = flagged.localCheckpoint()
+    new_events = flagged.where(col(NEW)).drop(NEW)
+    row = flagged.agg(
+        F.count(F.lit(1)).alias("distinct"),
+        F.count(F.when(col(NEW) & col(st.LIVE), 1)).alias("upserts"),
+        F.count(F.when(col(NEW) & ~col(st.LIVE), 1)).alias("deletes"),
+    ).first()
+    new = row["upserts"] + row["deletes"]
+    stats = {
+        "distinct": row["distinct"],
+        "late": 0,
+        "stale": row["distinct"] - new,
+        "changed": new,
+        "upserted": row["upserts"],
+        "deleted": row["deletes"],
+    }
+    log = logged.join(
+        new_events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
+    ).unionByName(new_events)
+    run = merge(
+        spark, batch.names.target, layout, batch.tracked, batch.spec.ignore_null_updates, log
+    )
+    return Plan(state_rows=new_events, merge=run if new else None, late=None, stats=stats)

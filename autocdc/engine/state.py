@@ -1,22 +1,26 @@
-"""The auxiliary state table: versioned state rows per key, plus a meta row per batch.
+"""The auxiliary state table: sequences per key, never values, plus a meta row per batch.
 
-A state row is the key's whole story, compacted: the winning upsert's values, the
-sequence of that upsert (``__autocdc_ups``), of the latest delete or truncate
-(``__autocdc_del``), and, for ``ignore_null_updates``, the sequence each column was last
-set at. The target is a pure projection of the live state rows, so the engine can always
-rebuild a key's target row from state alone; that is what makes a crash between the
-state commit and the target commit harmless (see :mod:`autocdc.engine.sync`).
+A state row says what a key's story is, not what it holds: the sequence of the winning
+upsert (``__autocdc_ups``), of the latest delete or truncate (``__autocdc_del``), the
+collected-tombstone horizon the key was (re)created above (``__autocdc_floor``), a hash of
+the winning upsert's values (``__autocdc_hash``: an equal-sequence upsert with the same
+hash is a duplicate, another one a tie that the target MERGE settles against the values
+the target holds), and, for ``ignore_null_updates``, the sequence each column was last
+set at. A live key's values are in the target; a dead key's are gone, as they should be.
 
-The table is append-only between compactions: a batch *appends* the new row of each key
-it changes, and a key's current row is its row with the greatest ``__autocdc_batch``.
-An append costs a fraction of a MERGE (no join against the table, no file rewrite);
-:mod:`autocdc.engine.gc` compacts the table when superseded rows outnumber current ones.
+The table is append-only between compactions: a batch appends the new row of each key
+it changes, and a key's current row is its row of the greatest ``__autocdc_batch``.
+:mod:`autocdc.engine.gc` compacts it when superseded rows outnumber current ones.
 
-The meta row (``__autocdc_kind = 'M'``, NULL keys) is appended in the same commit as the
-state rows, and the newest one counts: the last batch id, the batch the target is known
-to be synced to, the truncate horizon (in ``__autocdc_del``), the collected-tombstone
-horizon (in ``__autocdc_floor``), the number of live tombstones, and the row and key
-counts that decide when to compact.
+The meta row (``__autocdc_kind = 'M'``, NULL keys) is appended with every batch: the
+batch id, the truncate horizon (in ``__autocdc_del``), the collected-tombstone horizon
+(in ``__autocdc_floor``), and the counters that decide when to compact. Horizons only
+grow. A flow keeps the meta it last committed in memory and reads the table only when
+another writer (or another process) committed since.
+
+SCD type 2 keeps its change log in the same table (``__autocdc_kind = 'E'``, see
+:mod:`autocdc.engine.scd2`): there the values are history, and the target cannot re-split
+a version without them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -37,6 +41,7 @@ from pyspark.sql.types import (
 )
 
 from autocdc.engine import tables
+from autocdc.engine.errors import StateFormatError
 from autocdc.engine.spec import END_AT, RESERVED_PREFIX, START_AT, has_map
 from autocdc.engine.stage import col
 
@@ -44,19 +49,21 @@ KIND = "__autocdc_kind"
 UPS = "__autocdc_ups"
 DEL = "__autocdc_del"
 FLOOR = "__autocdc_floor"
+HASH = "__autocdc_hash"
 LIVE = "__autocdc_live"
 BATCH = "__autocdc_batch"
 UPDATED_AT = "__autocdc_updated_at"
-SYNCED = "__autocdc_synced"
 TOMBSTONES = "__autocdc_tombstones"
 ROWS = "__autocdc_rows"  # state rows in the table, superseded ones included
 KEYS = "__autocdc_keys"  # keys with a state row (live or tombstone)
-META_ONLY = (SYNCED, TOMBSTONES, ROWS, KEYS)  # NULL in state rows
+META_ONLY = (TOMBSTONES, ROWS, KEYS)  # NULL in state rows
 
-STATE_ROW, META_ROW = "S", "M"
+STATE_ROW, META_ROW, EVENT_ROW = "S", "M", "E"
 _RANK = "__autocdc_rank"
 
 # The definition the state depends on, stored as properties of the state table.
+PROP_FORMAT = "autocdc.stateFormat"
+FORMAT = "2"  # sequences only; format 1 (before it was written) kept every row's values
 PROP_KEYS = "autocdc.keys"
 PROP_SEQUENCE = "autocdc.sequenceType"
 PROP_SCD_TYPE = "autocdc.scdType"
@@ -90,42 +97,29 @@ def comparable(name: str, data_type: DataType, source: Column | None = None) -> 
     return F.to_json(value) if has_map(data_type) else value
 
 
+def comparable_sql(name: str, data_type: DataType, alias: str) -> str:
+    """SQL: column ``name`` of ``alias`` as :func:`comparable` makes it."""
+    ref = f"{alias}.{tables.ident(name)}"
+    return f"to_json({ref})" if has_map(data_type) else ref
+
+
 def same_sql(name: str, data_type: DataType, left: str = "t", right: str = "s") -> str:
     """SQL: column ``name`` of ``left`` equals that of ``right``, NULL-safe (maps as JSON)."""
-    a, b = f"{left}.{tables.ident(name)}", f"{right}.{tables.ident(name)}"
-    return f"to_json({a}) <=> to_json({b})" if has_map(data_type) else f"{a} <=> {b}"
+    return f"{comparable_sql(name, data_type, left)} <=> {comparable_sql(name, data_type, right)}"
 
 
 @dataclass(frozen=True)
 class Layout:
-    """The state table's columns for one flow."""
+    """A flow's columns: keys and values (the target's, in its stored order), the order
+    ties compare values in (fixed by the declaration, never by the data), and the state
+    table's working columns."""
 
     keys: list[StructField]
-    values: list[StructField]  # non-key target columns
+    values: list[StructField]  # non-key target columns, in the target's order
+    tie_order: list[str]  # value names: column_list order, else sorted by name
     sequence: DataType
     per_column_sequences: bool
-
-    @staticmethod
-    def user_columns(schema: StructType) -> list[StructField]:
-        """A stored table's user columns, in stored order."""
-        return [
-            StructField(f.name, f.dataType)
-            for f in schema.fields
-            if not f.name.lower().startswith(RESERVED_PREFIX) and f.name not in (START_AT, END_AT)
-        ]
-
-    @classmethod
-    def of_table(cls, spark: SparkSession, table: str) -> Layout:
-        """The layout of an existing state table (keys from its stored definition)."""
-        schema = tables.read(spark, table).schema
-        user = cls.user_columns(schema)
-        keys = json.loads(stored_definition(spark, table)[PROP_KEYS])
-        return cls(
-            keys=sorted((f for f in user if f.name in keys), key=lambda f: keys.index(f.name)),
-            values=[f for f in user if f.name not in keys],
-            sequence=schema[UPS].dataType,
-            per_column_sequences=any(f.name.startswith(column_seq("")) for f in schema.fields),
-        )
+    log_values: bool = False  # SCD type 2: the state holds the change log, values included
 
     @property
     def key_names(self) -> list[str]:
@@ -135,18 +129,41 @@ class Layout:
     def value_names(self) -> list[str]:
         return [f.name for f in self.values]
 
+    @property
+    def tie_fields(self) -> list[StructField]:
+        by_name = {f.name: f for f in self.values}
+        return [by_name[n] for n in self.tie_order]
+
+    def tie(self, source: str | None = None) -> Column:
+        """The values as the tie rule compares them: a struct in ``tie_order``."""
+        return F.struct(
+            *[
+                comparable(
+                    f.name, f.dataType, None if source is None else col(f.name, source)
+                ).alias(f.name)
+                for f in self.tie_fields
+            ]
+        )
+
+    def tie_sql(self, alias: str) -> str:
+        """SQL of :meth:`tie` over the columns of ``alias``."""
+        fields = [comparable_sql(f.name, f.dataType, alias) for f in self.tie_fields]
+        return f"struct({', '.join(fields)})"
+
     def schema(self) -> StructType:
         seq = self.sequence
         fields = [StructField(KIND, StringType())]
-        fields += [StructField(f.name, f.dataType) for f in self.keys + self.values]
+        fields += [StructField(f.name, f.dataType) for f in self.keys]
+        if self.log_values:
+            fields += [StructField(f.name, f.dataType) for f in self.values]
         fields += [StructField(UPS, seq), StructField(DEL, seq), StructField(FLOOR, seq)]
         if self.per_column_sequences:
             fields += [StructField(column_seq(v), seq) for v in self.value_names]
         fields += [
+            StructField(HASH, LongType()),
             StructField(LIVE, BooleanType()),
             StructField(BATCH, LongType()),
             StructField(UPDATED_AT, TimestampType()),
-            StructField(SYNCED, LongType()),
             StructField(TOMBSTONES, LongType()),
             StructField(ROWS, LongType()),
             StructField(KEYS, LongType()),
@@ -165,13 +182,34 @@ class Layout:
         )
 
 
+def user_columns(schema: StructType) -> list[StructField]:
+    """A stored table's user columns, in stored order."""
+    return [
+        StructField(f.name, f.dataType)
+        for f in schema.fields
+        if not f.name.lower().startswith(RESERVED_PREFIX) and f.name not in (START_AT, END_AT)
+    ]
+
+
 @dataclass(frozen=True)
 class Meta:
+    """The counters of the newest meta row (horizons stay in Spark: see ``MetaFrame``)."""
+
     batch: int
-    synced: int
     tombstones: int
     rows: int
     keys: int
+
+
+@dataclass(frozen=True)
+class MetaFrame:
+    """The newest meta row: its counters, and its horizons (``DEL``: truncates, ``FLOOR``:
+    collected tombstones) as a materialized one-row DataFrame. Horizons are of the
+    sequence's type and never pass through Python (a timestamp would pick up the
+    driver's time zone)."""
+
+    meta: Meta
+    horizons: DataFrame
 
 
 def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str, str]) -> None:
@@ -181,21 +219,27 @@ def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str
         table,
         layout.schema(),
         {
-            # Deletion vectors keep MERGE from rewriting whole files, and leave each
-            # batch's rows in fresh files so `__autocdc_batch > n` skips old files on resync.
-            "delta.enableDeletionVectors": "true",
             # Statistics on what the engine filters by, wherever the user's columns put
             # them (Delta's default covers only the first 32 columns), and on nothing else.
             "delta.dataSkippingStatsColumns": f"{KIND},{BATCH}",
+            PROP_FORMAT: FORMAT,
             **definition,
         },
     )
 
 
 def stored_definition(spark: SparkSession, table: str) -> dict[str, str]:
-    """The ``autocdc.*`` properties of the state table."""
+    """The ``autocdc.*`` properties of the state table; refuses a state table written in
+    an older format (it kept every row's values), which only a full refresh rebuilds."""
     rows = spark.sql(f"SHOW TBLPROPERTIES {tables.quote(table)}").collect()
-    return {r["key"]: r["value"] for r in rows if r["key"].startswith("autocdc.")}
+    props = {r["key"]: r["value"] for r in rows if r["key"].startswith("autocdc.")}
+    if props.get(PROP_FORMAT) != FORMAT:
+        raise StateFormatError(table=table, found=props.get(PROP_FORMAT, "1"), expected=FORMAT)
+    return props
+
+
+def stored_keys(definition: dict[str, str]) -> list[str]:
+    return json.loads(definition[PROP_KEYS])
 
 
 def state_rows(spark: SparkSession, table: str) -> DataFrame:
@@ -209,41 +253,54 @@ def current(rows: DataFrame, keys: list[str]) -> DataFrame:
     return rows.withColumn(_RANK, F.row_number().over(newest)).where(col(_RANK) == 1).drop(_RANK)
 
 
-def meta_frame(spark: SparkSession, table: str, layout: Layout) -> DataFrame:
-    """The meta row as a one-row DataFrame (a default one before the first batch)."""
-    stored = tables.read(spark, table).where(col(KIND) == META_ROW)
-    default = layout.select(
-        spark.range(1).select(
-            F.lit(META_ROW).alias(KIND),
-            F.lit(0).alias(BATCH),
-            F.lit(0).alias(SYNCED),
-            F.lit(0).alias(TOMBSTONES),
-            F.lit(0).alias(ROWS),
-            F.lit(0).alias(KEYS),
-        )
+def _no_horizons(spark: SparkSession, layout: Layout) -> DataFrame:
+    return spark.range(1).select(
+        F.lit(None).cast(layout.sequence).alias(DEL), F.lit(None).cast(layout.sequence).alias(FLOOR)
     )
-    return stored.unionByName(default).orderBy(col(BATCH).desc()).limit(1)
+
+
+def default_meta(spark: SparkSession, layout: Layout) -> MetaFrame:
+    """The meta of a flow before its first batch (no Spark job)."""
+    return MetaFrame(Meta(0, 0, 0, 0), _no_horizons(spark, layout))
+
+
+def read_meta(spark: SparkSession, table: str, layout: Layout) -> MetaFrame:
+    """The meta of the state table: the newest meta row's counters, and the greatest
+    horizons of all (they only grow; a compaction racing a batch may leave the newer
+    horizon in an older row)."""
+    stored = tables.read(spark, table).where(col(KIND) == META_ROW)
+    newest = F.struct(col(BATCH), col(UPDATED_AT))
+    counters = F.max_by(F.struct(BATCH, TOMBSTONES, ROWS, KEYS), newest)
+    frame = stored.agg(
+        counters.alias("counters"), F.max(DEL).alias(DEL), F.max(FLOOR).alias(FLOOR)
+    ).localCheckpoint()
+    row = frame.select("counters").first()["counters"]
+    if row is None:
+        return default_meta(spark, layout)
+    meta = Meta(
+        batch=row[BATCH], tombstones=row[TOMBSTONES] or 0, rows=row[ROWS] or 0, keys=row[KEYS] or 0
+    )
+    return MetaFrame(meta, frame.select(DEL, FLOOR))
 
 
 def meta_counters(meta: Meta) -> list[Column]:
     """The meta row's counter columns, as literals."""
     return [
         F.lit(meta.batch).cast("long").alias(BATCH),
-        F.lit(meta.synced).cast("long").alias(SYNCED),
         F.lit(meta.tombstones).cast("long").alias(TOMBSTONES),
         F.lit(meta.rows).cast("long").alias(ROWS),
         F.lit(meta.keys).cast("long").alias(KEYS),
     ]
 
 
-def read_meta(meta: DataFrame) -> Meta:
-    """The meta row's counters. Sequence-typed fields (horizons) stay in Spark: sent
-    through Python, a timestamp would pass the driver's local time zone."""
-    row: Row = meta.select(BATCH, SYNCED, TOMBSTONES, ROWS, KEYS).first()
-    return Meta(
-        batch=row[BATCH],
-        synced=row[SYNCED],
-        tombstones=row[TOMBSTONES],
-        rows=row[ROWS] or 0,
-        keys=row[KEYS] or 0,
+def meta_row(horizons: DataFrame, meta: Meta, layout: Layout) -> DataFrame:
+    """The meta row to commit: ``horizons`` (one row: DEL and FLOOR), ``meta``'s counters."""
+    return layout.select(
+        horizons.select(
+            F.lit(META_ROW).alias(KIND),
+            col(DEL),
+            col(FLOOR),
+            *meta_counters(meta),
+            F.current_timestamp().alias(UPDATED_AT),
+        )
     )

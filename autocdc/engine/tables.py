@@ -5,7 +5,10 @@ A flow owns three Delta tables, side by side in the warehouse:
 * ``<target>``                     what readers see: user columns only (plus
                                    ``__START_AT``/``__END_AT`` for SCD type 2);
 * ``<target>__autocdc_state``      the auxiliary state the engine reconciles against;
-* ``<target>__autocdc_quarantine`` rows that could not be applied, with a reason.
+* ``<target>__autocdc_quarantine`` rows that could not be applied, with a reason;
+
+and a plain folder, ``<target>__autocdc_redo``, where a batch's state rows wait for its
+target commit (see :mod:`autocdc.engine.commit`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -27,8 +29,6 @@ STATE_SUFFIX = "__autocdc_state"
 QUARANTINE_SUFFIX = "__autocdc_quarantine"
 # Characters Delta refuses in column names unless the table maps columns by name.
 _NEEDS_MAPPING = set(" ,;{}()\n\t=")
-# How far back to look for our own commit after a guarded write.
-_HISTORY_DEPTH = 50
 # A table folder without a commit younger than this may be another writer's creation in
 # progress (it takes well under a second); an older one is a creation that was killed.
 CREATION_GRACE_SECONDS = 10.0
@@ -201,34 +201,6 @@ def drop(spark: SparkSession, name: str) -> None:
     """Drop the table and its folder (a full refresh)."""
     spark.sql(f"DROP TABLE IF EXISTS {quote(name)}")
     shutil.rmtree(default_location(spark, name), ignore_errors=True)
-
-
-def guarded_write(
-    spark: SparkSession, name: str, rows: DataFrame, mode: str, app_id: str, version: int
-) -> None:
-    """Write ``rows`` in one commit only if no other writer committed ``version`` first.
-
-    Delta skips a write whose ``(txnAppId, txnVersion)`` is not above the table's, and
-    fails one that races a commit of the same app id. Each commit of a flow's state takes
-    the next version, so a writer that read older state either loses the race (and
-    recomputes) or is refused: it never commits over a change it did not see.
-    """
-    token = uuid.uuid4().hex
-    location = default_location(spark, name)
-    try:
-        (
-            rows.write.format("delta")
-            .mode(mode)
-            .option("txnAppId", app_id)
-            .option("txnVersion", version)
-            .option("userMetadata", token)
-            .save(location)
-        )
-    except CONFLICTS as error:
-        raise LostRace(str(error)) from error
-    history = DeltaTable.forPath(spark, location).history(_HISTORY_DEPTH)
-    if not history.where(history.userMetadata == token).take(1):
-        raise LostRace(f"version {version} of {name} was committed by another writer")
 
 
 def _register(spark: SparkSession, name: str, table_dir: Path) -> None:

@@ -1,0 +1,62 @@
+"""One micro-batch on its way through the chain, and what a strategy plans for it.
+
+``AutoCdcFlow.apply`` builds a :class:`Batch` (the staged changes, fitted to the stored
+tables, with the state's meta), hands it to the SCD strategy (:func:`autocdc.engine.scd1.plan`
+or :func:`autocdc.engine.scd2.plan`), and commits the :class:`Plan` it gets back with the
+protocol of :mod:`autocdc.engine.commit`. A strategy writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+
+from autocdc.engine import state as st
+from autocdc.engine.commit import Tables
+from autocdc.engine.spec import FlowSpec
+from autocdc.engine.stage import StagedBatch
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The staged batch's counts (one aggregate over the cached batch)."""
+
+    rows_in: int
+    rejected: int
+    truncates: int
+    keyed: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    spark: SparkSession
+    spec: FlowSpec
+    names: Tables
+    layout: st.Layout
+    tracked: list[str]  # SCD type 2: value columns whose change opens a version
+    staged: StagedBatch
+    counts: Counts
+    meta: st.MetaFrame
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the batch changes; nothing of it has run yet (DataFrames are materialized
+    where they are read twice)."""
+
+    state_rows: DataFrame  # new state (or log) rows, in the state table's layout
+    merge: Callable[[], DataFrame] | None  # the target MERGE, None if the target is as is
+    late: DataFrame | None  # changes the reconcile quarantines: source columns, SEQ, REASON
+    stats: dict[str, int] = field(default_factory=dict)
+    horizons: DataFrame | None = None  # SCD type 1: new horizons (a truncate moved them)
+
+    @property
+    def changes_state(self) -> bool:
+        return self.stats.get("changed", 0) > 0
+
+    @property
+    def changes_anything(self) -> bool:
+        return self.changes_state or self.merge is not None or self.late is not None
