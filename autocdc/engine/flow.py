@@ -207,7 +207,7 @@ class AutoCdcFlow(FlowSpec):
             lambda: quarantine.create(spark, names.quarantine),
         )
         crash_point("after_state_commit")
-        self._meta = st.MetaFrame(grown, horizons)
+        self._meta = st.MetaFrame(grown, horizons, batch.meta.empty and plan.horizons is None)
         versions = self._versions(spark)
         self._meta_version = versions[1]
         self._committed = (*versions, batch.batch_id)

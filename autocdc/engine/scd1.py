@@ -98,10 +98,19 @@ def horizons(meta: DataFrame, batch_truncate: DataFrame) -> DataFrame:
     )
 
 
+def with_bounds(df: DataFrame, bounds: DataFrame | None, layout: st.Layout) -> DataFrame:
+    """``df`` with the horizon columns: joined from ``bounds``, or NULL when there are
+    none (no truncate, nothing collected: the common case, and no join)."""
+    if bounds is not None:
+        return df.crossJoin(F.broadcast(bounds))
+    null = F.lit(None).cast(layout.sequence)
+    return df.select("*", *[null.alias(c) for c in (NEW_TRUNC, M_TRUNC, M_GC)])
+
+
 def classify(
     changes: DataFrame,
     old_state: DataFrame,
-    bounds: DataFrame,
+    bounds: DataFrame | None,
     layout: st.Layout,
     quarantine_late: bool,
 ) -> DataFrame:
@@ -120,7 +129,7 @@ def classify(
         *[col(c).alias(old(c)) for c in (st.UPS, st.DEL, st.FLOOR, st.HASH)],
         F.lit(True).alias(OLD_EXISTS),
     )
-    events = keyed.join(olds, keys, "left").crossJoin(F.broadcast(bounds))
+    events = with_bounds(keyed.join(olds, keys, "left"), bounds, layout)
     late = F.lit(False)
     if quarantine_late:
         no_state = col(OLD_EXISTS).isNull()
@@ -151,7 +160,11 @@ def classify(
 
 
 def fold(
-    events: DataFrame, old_state: DataFrame, bounds: DataFrame, layout: st.Layout, batch_id: int
+    events: DataFrame,
+    old_state: DataFrame,
+    bounds: DataFrame | None,
+    layout: st.Layout,
+    batch_id: int,
 ) -> DataFrame:
     """The new state row of every key the batch touches, flagged CHANGED where it differs
     from the stored one, with the target change and the key's event counts."""
@@ -200,7 +213,7 @@ def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
 def _combine(
     per_key: DataFrame,
     old_state: DataFrame,
-    bounds: DataFrame,
+    bounds: DataFrame | None,
     layout: st.Layout,
     batch_id: int,
 ) -> DataFrame:
@@ -214,7 +227,7 @@ def _combine(
         *[col(c).alias(old(c)) for c in seq_columns],
         F.lit(True).alias(OLD_EXISTS),
     )
-    df = per_key.join(olds, keys, "full").crossJoin(F.broadcast(bounds))
+    df = with_bounds(per_key.join(olds, keys, "full"), bounds, layout)
     old_exists = F.coalesce(col(OLD_EXISTS), F.lit(False))
     old_live = F.coalesce(col(old(st.LIVE)), F.lit(False))
 
@@ -350,12 +363,15 @@ def plan(batch: Batch) -> Plan:
         )
     else:
         truncated = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
-    bounds = horizons(batch.meta.horizons, truncated)
+    bounds = None
+    if batch.counts.truncates or not batch.meta.empty:
+        bounds = horizons(batch.meta.horizons, truncated)
     old_state = st.state_rows(spark, batch.names.state)
     if not batch.counts.truncates:  # key-pruned: only the state of keys in this batch
         batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
         old_state = old_state.join(batch_keys.distinct(), keys, "left_semi")
-    old_state = st.current(old_state, keys)
+    # Read once: the reconcile joins it twice (classify, fold).
+    old_state = st.current(old_state, keys).localCheckpoint()
     events = classify(
         staged.changes, old_state, bounds, layout, batch.spec.late_beyond_horizon == "quarantine"
     )

@@ -5,10 +5,11 @@ The state table is the key's change log (deduplicated upserts and deletes, one r
 upsert). A version is a function of a key's whole log, and splitting history for a late
 change needs what the row looked like at that sequence, which in-place updates of
 untracked columns and partial updates would otherwise lose; so for every key a batch
-touches, the history is recomputed from the key's log with window functions, and the
-key's versions in the target are replaced by the result (one MERGE). The log's new rows
-reach the state table through the redo of :mod:`autocdc.engine.commit`, after the target
-committed, so the log always describes the target.
+touches, the history is recomputed from the key's log with window functions. The log
+describes the target (its new rows reach the state table through the redo of
+:mod:`autocdc.engine.commit`, after the target committed), so the versions the target
+holds are the history of the old log: only versions that differ from those are written,
+or deleted when gone (one MERGE; the target is read only by it).
 """
 
 from __future__ import annotations
@@ -130,61 +131,58 @@ def merge(
     layout: st.Layout,
     tracked: list[str],
     ignore_null_updates: bool,
+    old_log: DataFrame,
     log: DataFrame,
 ) -> Callable[[], DataFrame]:
-    """The MERGE that replaces the history of every key in ``log`` (each key's whole log)
-    with the one recomputed from it (not run until called)."""
+    """The MERGE that turns the touched keys' history as ``old_log`` gives it (what the
+    target holds: the log describes the target) into the one ``log`` gives: versions that
+    changed or are new are written, versions that are gone deleted, the rest not touched.
+    Nothing runs until called, and the target is not read but to MERGE."""
+    keys, values = layout.key_names, layout.value_names
+    columns = [*keys, *values, START_AT, END_AT]
+    fields = {f.name: f.dataType for f in layout.values}
+
+    def comparable(name: str, alias: str):
+        data_type = fields.get(name)
+        return (
+            col(name, alias)
+            if data_type is None
+            else st.comparable(name, data_type, col(name, alias))
+        )
 
     def run() -> DataFrame:
-        return _merge(spark, target, layout, tracked, ignore_null_updates, log)
+        held = history(old_log, layout, tracked, ignore_null_updates)
+        fresh = history(log, layout, tracked, ignore_null_updates)
+        same = reduce(
+            lambda a, b: a & b, [comparable(c, "n").eqNullSafe(comparable(c, "o")) for c in columns]
+        )
+        changed = fresh.alias("n").join(held.alias("o"), same, "left_anti")
+        gone = held.join(
+            fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti"
+        )
+        # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none).
+        source = (
+            changed.withColumn(GONE, F.lit(False))
+            .unionByName(gone.withColumn(GONE, F.lit(True)))
+            .localCheckpoint()
+        )
+        q = tables.ident
+        on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in [*keys, START_AT])
+        return (
+            tables.delta_table(spark, target)
+            .alias("t")
+            .merge(source.alias("s"), on)
+            .whenMatchedDelete(condition=f"s.{GONE}")
+            .whenMatchedUpdate(
+                condition=f"NOT s.{GONE}", set={q(c): f"s.{q(c)}" for c in [*values, END_AT]}
+            )
+            .whenNotMatchedInsert(
+                condition=f"NOT s.{GONE}", values={q(c): f"s.{q(c)}" for c in columns}
+            )
+            .execute()
+        )
 
     return run
-
-
-def _merge(
-    spark: SparkSession,
-    target: str,
-    layout: st.Layout,
-    tracked: list[str],
-    ignore_null_updates: bool,
-    log: DataFrame,
-) -> DataFrame:
-    keys, values = layout.key_names, layout.value_names
-    touched = log.select(*[col(k) for k in keys]).distinct()
-    fresh = history(log, layout, tracked, ignore_null_updates)
-    stale = (
-        tables.read(spark, target)
-        .join(touched, keys, "left_semi")
-        .join(fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti")
-    )
-    # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none),
-    # and this one recomputes history and reads the target.
-    source = (
-        fresh.withColumn(GONE, F.lit(False))
-        .unionByName(stale.withColumn(GONE, F.lit(True)))
-        .localCheckpoint()
-    )
-    q = tables.ident
-    on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in [*keys, START_AT])
-    same = " AND ".join(
-        [st.same_sql(f.name, f.dataType) for f in layout.values]
-        + [st.same_sql(END_AT, layout.sequence)]
-    )
-    return (
-        tables.delta_table(spark, target)
-        .alias("t")
-        .merge(source.alias("s"), on)
-        .whenMatchedDelete(condition=f"s.{GONE}")
-        .whenMatchedUpdate(
-            condition=f"NOT s.{GONE} AND NOT ({same})",
-            set={q(c): f"s.{q(c)}" for c in [*values, END_AT]},
-        )
-        .whenNotMatchedInsert(
-            condition=f"NOT s.{GONE}",
-            values={q(c): f"s.{q(c)}" for c in [*keys, *values, START_AT, END_AT]},
-        )
-        .execute()
-    )
 
 
 def plan(batch: Batch) -> Plan:
@@ -229,10 +227,14 @@ def plan(batch: Batch) -> Plan:
         "upserted": row["upserts"],
         "deleted": row["deletes"],
     }
-    log = logged.join(
-        new_events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
-    ).unionByName(new_events)
+    old_log = logged.join(new_events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi")
     run = merge(
-        spark, batch.names.target, layout, batch.tracked, batch.spec.ignore_null_updates, log
+        spark,
+        batch.names.target,
+        layout,
+        batch.tracked,
+        batch.spec.ignore_null_updates,
+        old_log,
+        old_log.unionByName(new_events),
     )
     return Plan(state_rows=new_events, merge=run if new else None, late=None, stats=stats)

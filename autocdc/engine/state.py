@@ -210,6 +210,9 @@ class MetaFrame:
 
     meta: Meta
     horizons: DataFrame
+    # Both horizons are NULL (nothing truncated, nothing collected): the reconcile then
+    # needs no join with them.
+    empty: bool = False
 
 
 def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str, str]) -> None:
@@ -222,6 +225,9 @@ def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str
             # Statistics on what the engine filters by, wherever the user's columns put
             # them (Delta's default covers only the first 32 columns), and on nothing else.
             "delta.dataSkippingStatsColumns": f"{KIND},{BATCH}",
+            # Only appended and compacted, never updated in place: without deletion
+            # vectors a read of it plans without listing them (one Spark job less).
+            "delta.enableDeletionVectors": "false",
             PROP_FORMAT: FORMAT,
             **definition,
         },
@@ -261,7 +267,7 @@ def _no_horizons(spark: SparkSession, layout: Layout) -> DataFrame:
 
 def default_meta(spark: SparkSession, layout: Layout) -> MetaFrame:
     """The meta of a flow before its first batch (no Spark job)."""
-    return MetaFrame(Meta(0, 0, 0, 0), _no_horizons(spark, layout))
+    return MetaFrame(Meta(0, 0, 0, 0), _no_horizons(spark, layout), empty=True)
 
 
 def read_meta(spark: SparkSession, table: str, layout: Layout) -> MetaFrame:
@@ -274,13 +280,15 @@ def read_meta(spark: SparkSession, table: str, layout: Layout) -> MetaFrame:
     frame = stored.agg(
         counters.alias("counters"), F.max(DEL).alias(DEL), F.max(FLOOR).alias(FLOOR)
     ).localCheckpoint()
-    row = frame.select("counters").first()["counters"]
+    first = frame.first()
+    row = first["counters"]
     if row is None:
         return default_meta(spark, layout)
     meta = Meta(
         batch=row[BATCH], tombstones=row[TOMBSTONES] or 0, rows=row[ROWS] or 0, keys=row[KEYS] or 0
     )
-    return MetaFrame(meta, frame.select(DEL, FLOOR))
+    empty = first[DEL] is None and first[FLOOR] is None
+    return MetaFrame(meta, frame.select(DEL, FLOOR), empty)
 
 
 def meta_counters(meta: Meta) -> list[Column]:
