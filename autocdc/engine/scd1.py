@@ -357,15 +357,15 @@ def plan(batch: Batch) -> Plan:
     one materialized pass, one aggregate for the counts."""
     spark, layout, staged = batch.spark, batch.layout, batch.staged
     keys = layout.key_names
+    bounds = None  # no truncate now or before, nothing collected: no horizon to join
     if batch.counts.truncates:
         truncated = staged.tagged.agg(
             F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias(NEW_TRUNC)
         )
-    else:
-        truncated = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
-    bounds = None
-    if batch.counts.truncates or not batch.meta.empty:
         bounds = horizons(batch.meta.horizons, truncated)
+    elif not batch.meta.empty:
+        none = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
+        bounds = horizons(batch.meta.horizons, none)
     old_state = st.state_rows(spark, batch.names.state)
     if not batch.counts.truncates:  # key-pruned: only the state of keys in this batch
         batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
 from autocdc.engine import state as st
 from autocdc.engine import tables
@@ -125,6 +126,18 @@ def history(
     )
 
 
+def _same(types: dict[str, DataType]) -> Column:
+    """Rows aliased ``n`` and ``o`` agree on every column of ``types`` (NULL-safe, maps
+    as JSON): the join condition that finds what the state or the target already holds."""
+    return reduce(
+        lambda a, b: a & b,
+        [
+            st.comparable(c, t, col(c, "n")).eqNullSafe(st.comparable(c, t, col(c, "o")))
+            for c, t in types.items()
+        ],
+    )
+
+
 def merge(
     spark: SparkSession,
     target: str,
@@ -139,24 +152,14 @@ def merge(
     changed or are new are written, versions that are gone deleted, the rest not touched.
     Nothing runs until called, and the target is not read but to MERGE."""
     keys, values = layout.key_names, layout.value_names
-    columns = [*keys, *values, START_AT, END_AT]
-    fields = {f.name: f.dataType for f in layout.values}
-
-    def comparable(name: str, alias: str):
-        data_type = fields.get(name)
-        return (
-            col(name, alias)
-            if data_type is None
-            else st.comparable(name, data_type, col(name, alias))
-        )
+    types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
+    types |= {START_AT: layout.sequence, END_AT: layout.sequence}
+    columns = list(types)
 
     def run() -> DataFrame:
         held = history(old_log, layout, tracked, ignore_null_updates)
         fresh = history(log, layout, tracked, ignore_null_updates)
-        same = reduce(
-            lambda a, b: a & b, [comparable(c, "n").eqNullSafe(comparable(c, "o")) for c in columns]
-        )
-        changed = fresh.alias("n").join(held.alias("o"), same, "left_anti")
+        changed = fresh.alias("n").join(held.alias("o"), _same(types), "left_anti")
         gone = held.join(
             fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti"
         )
@@ -195,20 +198,11 @@ def plan(batch: Batch) -> Plan:
         events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
     ).localCheckpoint()
     fields = {f.name: f.dataType for f in layout.schema().fields}
-    same = [
-        st.comparable(c, fields[c], col(c, "n")).eqNullSafe(
-            st.comparable(c, fields[c], col(c, "o"))
-        )
-        for c in [*keys, st.UPS, st.LIVE, *layout.value_names]
-    ]
-    known = logged.select(
-        *[col(c) for c in fields if c in [*keys, st.UPS, st.LIVE, *layout.value_names]]
-    )
+    compared = {c: fields[c] for c in [*keys, st.UPS, st.LIVE, *layout.value_names]}
+    known = logged.select(*[col(c) for c in fields if c in compared])
     flagged = (
         events.alias("n")
-        .join(
-            known.withColumn(NEW, F.lit(False)).alias("o"), reduce(lambda a, b: a & b, same), "left"
-        )
+        .join(known.withColumn(NEW, F.lit(False)).alias("o"), _same(compared), "left")
         .select("n.*", F.coalesce(col(NEW, "o"), F.lit(True)).alias(NEW))
     )
     flagged = flagged.localCheckpoint()
