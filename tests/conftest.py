@@ -43,6 +43,17 @@ SUBPROCESS_CONF = {**TEST_CONF, "spark.driver.extraJavaOptions": JVM_OPTIONS}
 _names = itertools.count()
 
 
+def python_error(stderr: str, lines: int = 30) -> str:
+    """A failed subprocess's error without the JVM's stack frames and INFO chatter: the
+    Python traceback and the exception's message are what a failure report needs."""
+    kept = [
+        line
+        for line in stderr.splitlines()
+        if not line.lstrip().startswith(("at ", "... ")) and " INFO " not in line
+    ]
+    return "\n".join(kept[-lines:])
+
+
 @pytest.fixture(scope="session")
 def warehouse(tmp_path_factory):
     return tmp_path_factory.mktemp("warehouse")

@@ -10,8 +10,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import python_error
+from pyspark.sql import DataFrameWriter
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT, WORKER, rows
 
@@ -89,6 +92,30 @@ def test_a_batch_that_lost_the_race_is_recomputed(spark, new_table, monkeypatch,
     assert target_rows(spark, target, scd_type) == expected(MINE + THEIRS, scd_type)
 
 
+def test_a_redo_removed_while_written_is_a_lost_race(spark, new_table, monkeypatch):
+    """The writer that commits a batch id removes every redo folder up to it, a loser's
+    folder being written too: the loser's failed write is a lost race, recomputed."""
+    target = new_table("race_redo")
+    mine, theirs = flow_of(target, 1), flow_of(target, 1)
+    mine.apply(spark.createDataFrame(rows(MINE[2:]), SCHEMA))
+    other = spark.createDataFrame(rows(THEIRS), SCHEMA)
+    real = DataFrameWriter.parquet
+    raced: list[str] = []
+
+    def vanishing(self, path, *args, **kwargs):
+        if not raced:
+            raced.append(path)
+            theirs.apply(other)  # commits this batch id and removes the redo folders
+            Path(path).parent.mkdir(parents=True)
+            Path(path).write_text("")  # the write now fails, as under a removed folder
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(DataFrameWriter, "parquet", vanishing)
+    mine.apply(spark.createDataFrame(rows(MINE[:2]), SCHEMA))
+    assert raced and not Path(raced[0]).parent.exists()
+    assert target_rows(spark, target, 1) == expected(MINE + THEIRS, 1)
+
+
 def test_compaction_never_overwrites_a_concurrent_batch(spark, new_table, monkeypatch):
     target = new_table("race_gc")
     mine, theirs = flow_of(target, 1), flow_of(target, 1)
@@ -131,7 +158,7 @@ def test_two_processes_applying_and_compacting_at_once(spark, tmp_path):
         for batches in (first, second)
     ]
     outputs = [p.communicate(timeout=900) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
+    assert [p.returncode for p in procs] == [0, 0], [python_error(err) for _, err in outputs]
     table = spark.read.format("delta").load(str(tmp_path / target))
     got = {r.id: (r.a, r.b) for r in table.collect()}
     everything = [c for batch in first + second for c in batch]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -146,11 +146,20 @@ def write_redo(
     state_rows: DataFrame,
     quarantine_rows: DataFrame | None,
 ) -> Redo:
-    """Step 1: the batch's state (and quarantine) rows, durable before the target commit."""
+    """Step 1: the batch's state (and quarantine) rows, durable before the target commit.
+
+    A writer that commits this batch id first removes every redo folder up to it, ours
+    too, possibly while we write it: the write then fails, and we lost the race."""
     redo = Redo(names.redo_root(spark) / f"{batch}-{uuid.uuid4().hex}", batch)
-    state_rows.write.parquet(str(redo.state))
-    if quarantine_rows is not None:
-        quarantine_rows.write.parquet(str(redo.quarantine))
+    try:
+        state_rows.write.parquet(str(redo.state))
+        if quarantine_rows is not None:
+            quarantine_rows.write.parquet(str(redo.quarantine))
+    except (PySparkException, Py4JJavaError) as error:
+        if committed_version(spark, names.target, names.app_id) >= batch:
+            shutil.rmtree(redo.folder, ignore_errors=True)
+            raise LostRace(f"batch {batch} of {names.target} was committed meanwhile") from error
+        raise
     return redo
 
 
@@ -205,7 +214,7 @@ def apply_redo(
         # The state last: its version is what catch_up compares with the target's.
         rows = spark.read.schema(state_schema).parquet(str(redo.state))
         _append(spark, names.state, rows, names, redo)
-    except (AnalysisException, Py4JJavaError):
+    except (PySparkException, Py4JJavaError):
         # Another writer applied this redo and removed it while this one read it.
         if committed_version(spark, names.state, names.app_id) < redo.batch:
             raise
