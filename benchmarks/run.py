@@ -4,8 +4,8 @@
     python benchmarks/run.py             # full run: also writes BENCHMARKS.md and a plot
     python benchmarks/run.py --smoke     # seconds of data: keeps the harness working (CI)
 
-Every system gets the same data, the same SparkSession and settings
-(conf/spark-defaults.conf). Per configuration: load the snapshot (untimed), apply the
+Every system gets the same data, the same SparkSession and settings (the engine's, in
+autocdc/engine/defaults/). Per configuration: load the snapshot (untimed), apply the
 batches one by one, drop the first as warm-up, report medians of the rest. The headline
 ends with a tail of small batches (what a batch costs when there is little to do); the
 SCD2 history workload keeps changing the same keys (does the cost follow the history?).

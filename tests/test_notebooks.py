@@ -16,8 +16,6 @@ from conftest import JVM_OPTIONS
 from nbclient import NotebookClient
 from test_crash import ROOT
 
-from autocdc.engine.session import read_conf_file
-
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # A small local Spark: the machine's 2 cores are shared with other test runs.
 SMALL = {
@@ -57,8 +55,7 @@ def test_runs_end_to_end(path: Path, tmp_path: Path) -> None:
     )
     conf = tmp_path / "conf"
     conf.mkdir()
-    settings = read_conf_file(ROOT / "conf" / "spark-defaults.conf") | SMALL
-    (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
+    (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SMALL.items()))
     env = dict(os.environ)
     # The kernel imports this tree's autocdc (not another worktree's editable install).
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)

@@ -33,7 +33,7 @@ from test_crash import ROOT
 
 SPARK_HOME = Path(pyspark.__file__).parent  # the wheel ships bin/spark-submit, spark-class
 DELTA = "io.delta:delta-spark_4.2_2.13:4.4.0"
-# Small Spark for a 2-core machine; the launcher's settings win over conf/spark-defaults.conf.
+# Small Spark for a 2-core machine; the launcher's settings win over autocdc's settings files.
 SMALL = [
     *("--driver-memory", "1g", "--driver-java-options", JVM_OPTIONS),
     *("--conf", "spark.sql.shuffle.partitions=1"),

@@ -1,7 +1,7 @@
 """Where the details go, so that a terminal shows only what a user acts on.
 
 A session writes one log file, ``autocdc-logs/autocdc.log`` beside its warehouse (or the
-``autocdc.logFile`` setting): Spark's log4j output (``conf/log4j2.properties``), whatever
+``autocdc.logFile`` setting): Spark's log4j output (the engine's ``log4j2.properties``), whatever
 the JVM prints itself (its warnings, ivy's report when Delta's jars are resolved at start),
 pyspark's JSON records of the errors it raises, and the traceback of a failed ``autocdc``
 command (``autocdc.log_file()`` names it). The file is appended to, run after run.

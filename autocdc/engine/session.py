@@ -34,13 +34,26 @@ _WAREHOUSE = "spark.sql.warehouse.dir"
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
+# The engine's own settings and logging, package data: an installed autocdc (a wheel, run
+# from any folder) starts sessions exactly as the tested checkout does.
+DEFAULTS = Path(__file__).with_name("defaults")
+
+
 def _conf_dir() -> Path | None:
-    """``$AUTOCDC_CONF_DIR``, else ``./conf``, else the ``conf/`` of a source checkout."""
-    candidates = [os.environ.get("AUTOCDC_CONF_DIR"), "conf", Path(__file__).parents[2] / "conf"]
-    for candidate in candidates:
+    """The user's overrides: ``$AUTOCDC_CONF_DIR``, else ``./conf``, if it holds a
+    ``spark-defaults.conf``."""
+    for candidate in (os.environ.get("AUTOCDC_CONF_DIR"), "conf"):
         if candidate and (Path(candidate) / "spark-defaults.conf").is_file():
             return Path(candidate)
     return None
+
+
+def file_settings(conf_dir: Path | None) -> dict[str, str]:
+    """The engine's settings, overridden by those of ``conf_dir/spark-defaults.conf``."""
+    settings = read_conf_file(DEFAULTS / "spark-defaults.conf")
+    if conf_dir is not None:
+        settings.update(read_conf_file(conf_dir / "spark-defaults.conf"))
+    return settings
 
 
 def read_conf_file(path: Path) -> dict[str, str]:
@@ -58,7 +71,8 @@ def spark_session(
     warehouse: str | os.PathLike[str] | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A local SparkSession with Delta Lake, defaults from ``conf/spark-defaults.conf``.
+    """A local SparkSession with Delta Lake, with the engine's settings (see ``DEFAULTS``)
+    overridden by the user's ``conf/spark-defaults.conf``.
 
     Delta's jars come from the virtualenv when ``python -m autocdc.engine.jars`` (``make
     setup``) put them there; otherwise ivy resolves them from Maven Central at start
@@ -75,10 +89,8 @@ def spark_session(
     """
     # Python workers must run the interpreter (and packages) of the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings: dict[str, str] = {}
     conf_dir = _conf_dir()
-    if conf_dir is not None:
-        settings.update(read_conf_file(conf_dir / "spark-defaults.conf"))
+    settings = file_settings(conf_dir)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
     if submitted:  # its settings (master, memory, --packages) win over the file's
         # SparkConf reads them from the launcher's JVM, and is empty until Python is
@@ -104,7 +116,7 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    # A JVM started here logs to the file at the level of conf/log4j2.properties; a
+    # A JVM started here logs to the file at the level of the log4j2.properties; a
     # launcher's logs go to its console, so keep that to errors.
     level = settings.get("autocdc.logLevel") or ("ERROR" if submitted else None)
     if level:
@@ -136,11 +148,12 @@ def _add_delta_jars(settings: dict[str, str]) -> None:
 
 
 def _log_to(settings: dict[str, str], conf_dir: Path | None, log_file: Path) -> None:
-    """Spark's log4j logs go to ``log_file`` when the conf folder has a log4j2.properties;
-    the user's own driver options come after, so theirs win."""
-    config = conf_dir / "log4j2.properties" if conf_dir is not None else None
-    if config is None or not config.is_file():
-        return
+    """Spark's log4j logs go to ``log_file``, configured by the user's
+    ``conf/log4j2.properties`` if there is one, else by the engine's; the user's own
+    driver options come after, so theirs win."""
+    config = DEFAULTS / "log4j2.properties"
+    if conf_dir is not None and (conf_dir / "log4j2.properties").is_file():
+        config = conf_dir / "log4j2.properties"
     options = [logs.java_options(config.resolve(), log_file), settings.get(_JAVA_OPTIONS)]
     settings[_JAVA_OPTIONS] = " ".join(filter(None, options))
 

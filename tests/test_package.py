@@ -1,0 +1,71 @@
+"""autocdc as a user installs it: built into a wheel, installed into a fresh folder, run
+from a folder that has no ``conf/``. Its sessions must run with the engine's settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import python_error
+from test_crash import ROOT
+
+from autocdc.engine.session import DEFAULTS, read_conf_file
+
+# The settings the engine's plans and tables depend on (see the defaults file's comments).
+ENGINE_KEYS = [
+    "spark.sql.session.timeZone",
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors",
+    "spark.databricks.delta.merge.materializeSource",
+    "spark.sql.adaptive.enabled",
+    "spark.sql.constraintPropagation.enabled",
+]
+SESSION = """
+import json, sys
+import autocdc
+spark = autocdc.spark_session(conf={"spark.driver.memory": "1g"})
+options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+print(json.dumps({
+    "module": autocdc.__file__,
+    "settings": {k: spark.conf.get(k) for k in sys.argv[1:]},
+    "java_options": options,
+}))
+"""
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_starts_sessions_with_the_engines_settings(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # build from a copy: the checkout gets no build/ folder
+    shutil.copytree(ROOT / "autocdc", source / "autocdc", ignore=shutil.ignore_patterns("__py*"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site)]
+    subprocess.run([*pip, str(source)], check=True, timeout=900)
+
+    elsewhere = tmp_path / "elsewhere"  # no conf/ here, and none beside the package
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOCDC_CONF_DIR", "PYTHONPATH")}
+    # Another zone than the engine's UTC: a session without the engine's settings shows it.
+    env |= {"PYTHONPATH": str(site), "TZ": "America/New_York"}
+    done = subprocess.run(
+        [sys.executable, "-c", SESSION, *ENGINE_KEYS],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, python_error(done.stderr)
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert Path(said["module"]).is_relative_to(site)
+    engine = read_conf_file(DEFAULTS / "spark-defaults.conf")
+    assert said["settings"] == {k: engine[k] for k in ENGINE_KEYS}
+    assert said["settings"]["spark.sql.session.timeZone"] == "UTC"
+    installed = site / "autocdc" / "engine" / "defaults" / "log4j2.properties"
+    assert f"-Dlog4j2.configurationFile={installed.resolve()}" in said["java_options"]
+    assert (elsewhere / "autocdc-logs" / "autocdc.log").is_file()
