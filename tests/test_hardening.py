@@ -205,6 +205,16 @@ def test_definition_drift_is_refused(spark, new_table, change, field, live):
     assert changed.current(spark).count() == live
 
 
+def test_a_key_the_feed_lacks_is_an_unknown_column_not_a_changed_definition(spark, new_table):
+    """After the first apply, a misspelled key is still a typo to fix (as on a fresh
+    target), not a definition change that asks for a full refresh."""
+    target = new_table("drift_typo")
+    users_flow(target).apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    with pytest.raises(autocdc.UnknownColumnError) as err:
+        users_flow(target, keys=["userid_typo"]).apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    assert (err.value.params["field"], err.value.params["columns"]) == ("keys", ["userid_typo"])
+
+
 @pytest.mark.parametrize(
     ("column", "error"),
     [

@@ -191,8 +191,10 @@ def test_full_refresh_reprocesses_from_the_sources(spark, tmp_path, database):
     feed.write_text(
         scd2.replace("except_column_list=", "stored_as_scd_type=2, except_column_list=")
     )
-    with pytest.raises(errors.FlowAnalysisError, match="AUTOCDC_DEFINITION_CHANGED"):
+    with pytest.raises(errors.FlowAnalysisError, match="AUTOCDC_DEFINITION_CHANGED") as refused:
         run(spark, spec)
+    assert "`autocdc run --full-refresh latest`" in str(refused.value)
+    assert "flow.full_refresh" not in str(refused.value)
     run(spark, spec, full_refresh={"latest"})
     assert scd2_rows(spark, f"{database}.latest") == fold_scd2(C)
     with pytest.raises(errors.UnknownDatasetError):

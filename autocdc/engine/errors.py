@@ -176,8 +176,10 @@ class DefinitionChangedError(AutoCdcError):
         "Target `{target}` was built with {field}={stored}, but the flow now declares "
         "{field}={declared}. The stored state means something else under the new "
         "definition. Restore the old value, or start over from the source with the new "
-        "one: flow.full_refresh(spark) drops the target, its state and quarantine."
+        "one: {remedy} drops the target, its state and quarantine."
     )
+    # What a flow object's user runs; a pipeline names its own command instead.
+    PYTHON_REMEDY = "flow.full_refresh(spark)"
 
 
 class StateFormatError(AutoCdcError):

@@ -108,14 +108,23 @@ def fit(
     found = not fresh and tables.exists(spark, state_table)
     declared = definition(spec, sequence)
     stored: tuple[list[StructField], list[StructField]] | None = None
+    target_fields = st.user_columns(tables.read(spark, spec.target).schema) if found else []
+    stored_names = [f.name for f in target_fields]
+    corrupt = corrupt_column(df)
+    # The declaration against the batch first: a key the feed lacks is a typo to fix, not
+    # a change of definition to refresh for.
+    columns = spec.resolve(df.schema, sequence, stored_names, [corrupt] if corrupt else [])
     if found:
         had = st.stored_definition(spark, state_table)
         for field, prop in st.DEFINITION_FIELDS.items():
             if prop in had and had[prop] != declared[prop]:
                 raise DefinitionChangedError(
-                    target=spec.target, field=field, stored=had[prop], declared=declared[prop]
+                    target=spec.target,
+                    field=field,
+                    stored=had[prop],
+                    declared=declared[prop],
+                    remedy=DefinitionChangedError.PYTHON_REMEDY,
                 )
-        target_fields = st.user_columns(tables.read(spark, spec.target).schema)
         key_names = st.stored_keys(had)
         stored = (
             sorted(
@@ -124,9 +133,6 @@ def fit(
             ),
             [f for f in target_fields if f.name not in key_names],
         )
-    stored_names = [f.name for f in stored[0] + stored[1]] if stored else []
-    corrupt = corrupt_column(df)
-    columns = spec.resolve(df.schema, sequence, stored_names, [corrupt] if corrupt else [])
     batch_types = {f.name: nullable(f.dataType) for f in df.schema.fields}
 
     if stored is None:

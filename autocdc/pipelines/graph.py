@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
-from autocdc import AutoCdcError, AutoCdcFlow
+from autocdc import AutoCdcError, AutoCdcFlow, DefinitionChangedError
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
     CycleError,
@@ -200,7 +200,9 @@ def resolve(
                     cdc = [f for f in flows[name] if isinstance(f, CdcFlow)]
                     current = (cdc or flows[name])[0]
                     raise FlowAnalysisError(
-                        where=current.where, flow=current.name, problem=str(error)
+                        where=current.where,
+                        flow=current.name,
+                        problem=str(_in_pipeline(error, name)),
                     ) from error
                 reads[name] = {names[r] for r in read if r in names and names[r] != name}
                 if frames and "." not in name:
@@ -231,3 +233,13 @@ def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:
         path.append(blocked[path[-1]][0])
     cycle = [*path[path.index(blocked[path[-1]][0]) :], blocked[path[-1]][0]]
     return CycleError(cycle=" -> ".join(cycle), where=blocked[cycle[0]][1].where)
+
+
+def _in_pipeline(error: AutoCdcError, dataset: str) -> AutoCdcError:
+    """``error`` with the remedy a pipeline's user runs (not a flow object's call)."""
+    if isinstance(error, DefinitionChangedError):
+        remedy = (
+            f"`autocdc run --full-refresh {dataset}` (`full_refresh={{'{dataset}'}}` in dp.run)"
+        )
+        return DefinitionChangedError(**{**error.params, "remedy": remedy})
+    return error
