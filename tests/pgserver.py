@@ -4,6 +4,7 @@ the tests run as root (PostgreSQL refuses to run as root)."""
 
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import shutil
@@ -79,6 +80,12 @@ class Server:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         if not os.environ.get("AUTOCDC_KEEP_PG"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def database(self, name: str) -> Server:
+        """This server, connecting to database ``name`` (which must exist)."""
+        other = copy.copy(self)
+        other.dsn = self.dsn.replace("dbname=postgres", f"dbname={name}")
+        return other
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.dsn, autocommit=True)

@@ -225,3 +225,72 @@ def test_a_row_reads_the_same_from_the_snapshot_and_from_the_log(spark, pg):
         None,
     )
     assert json.loads(first.doc) == {"a": [1, 2]}
+
+
+def test_values_read_the_same_whatever_the_servers_zone_and_date_style(spark, pg, new_table):
+    """A database whose defaults render dates and times another way (New York's zone,
+    SQL day-month order) reads exactly as one in UTC/ISO, from the snapshot and from the
+    log; a value Spark cannot hold (BC, infinity) is quarantined with the range it
+    misses, never typed to NULL or to another instant."""
+    pg.execute("CREATE DATABASE zoned")
+    pg.execute("ALTER DATABASE zoned SET timezone = 'America/New_York'")
+    pg.execute("ALTER DATABASE zoned SET DateStyle = 'SQL, DMY'")
+    pg.execute("ALTER DATABASE zoned SET IntervalStyle = 'sql_standard'")
+    pg.execute("ALTER DATABASE zoned SET extra_float_digits = 0")
+    zoned = pg.database("zoned")
+    zoned.execute(
+        "CREATE TABLE times (id int PRIMARY KEY, at timestamptz, local timestamp, day date)"
+    )
+    good = [
+        "'0001-01-01 00:00:00+00', '0001-01-01 00:00:00', '0999-12-31'",
+        "'2024-03-10 07:30:00.5+00', '2024-03-10 02:30:00', '2024-03-10'",
+    ]
+    bad = [
+        "'0044-03-15 12:00:00+00 BC', NULL, NULL",
+        "NULL, NULL, '-infinity'",
+        "'infinity', NULL, NULL",
+    ]
+    values = good + bad
+    zoned.execute(
+        "INSERT INTO times VALUES " + ", ".join(f"({i}, {v})" for i, v in enumerate(values))
+    )
+    reader = PostgresStreamReader(
+        Config.parse({"dsn": zoned.dsn, "slot": "zoned", "tables": "times"})
+    )
+    snapshot, end = _batch(reader, reader.initialOffset())
+    reader.commit(end)
+    zoned.execute(
+        "INSERT INTO times VALUES " + ", ".join(f"({10 + i}, {v})" for i, v in enumerate(values))
+    )
+    streamed, second = _batch(reader, end)
+    reader.commit(second)
+    reader.stop()
+
+    flow = autocdc.AutoCdcFlow(target=new_table("times"), keys=["id"])
+    schema = "id INT, at TIMESTAMP, local TIMESTAMP_NTZ, day DATE"
+    _apply(spark, flow, snapshot + streamed, "times", schema)
+    # Compared as Spark's text (its session zone is UTC): a Python datetime of year 1
+    # would be shifted by the test machine's zone.
+    as_text = ["id", "string(at) AS at", "string(local) AS local", "string(day) AS day"]
+    got = {
+        r.id: (r.at, r.local, r.day)
+        for r in spark.table(flow.target).selectExpr(*as_text).collect()
+    }
+    utc = [
+        ("0001-01-01 00:00:00", "0001-01-01 00:00:00", "0999-12-31"),
+        ("2024-03-10 07:30:00.5", "2024-03-10 02:30:00", "2024-03-10"),
+    ]
+    assert got == {0: utc[0], 1: utc[1], 10: utc[0], 11: utc[1]}
+    quarantined = spark.table(flow.quarantine_table).collect()
+    reasons = sorted(
+        json.loads(json.loads(r.row)["_corrupt_record"])["reason"] for r in quarantined
+    )
+    assert reasons == sorted(
+        f"value {text!r} is outside the range of Spark's {kind} (0001-01-01 to 9999-12-31)"
+        for text, kind in [
+            ("0044-03-15 12:00:00+00 BC", "TIMESTAMP"),
+            ("-infinity", "DATE"),
+            ("infinity", "TIMESTAMP"),
+        ]
+        for _ in range(2)  # from the snapshot and from the log
+    )

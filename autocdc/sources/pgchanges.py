@@ -31,12 +31,22 @@ ChangeRow = tuple[str | None, str | None, str | None, str | None, str, int | Non
 _NUMBERS = {20, 21, 23, 26, 700, 701, 1700}  # int8, int2, int4, oid, float4, float8, numeric
 _BOOL, _JSON, _JSONB = 16, 114, 3802
 _FLOAT_WORDS = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
+_DATETIMES = {1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMP"}  # date, timestamp(tz)
 
 
 def json_value(text: str | None, type_oid: int) -> str:
-    """One column's PostgreSQL text form as a JSON token Spark's ``from_json`` types back."""
+    """One column's PostgreSQL text form as a JSON token Spark's ``from_json`` types back.
+
+    Raises :class:`Unreadable` for a date or timestamp outside what Spark holds (BC,
+    after 9999, ``infinity``): the change is quarantined with that reason, not typed to
+    NULL or to another instant."""
     if text is None:
         return "null"
+    if type_oid in _DATETIMES and _beyond_spark(text):
+        raise Unreadable(
+            f"value {text!r} is outside the range of Spark's {_DATETIMES[type_oid]} "
+            "(0001-01-01 to 9999-12-31)"
+        )
     if type_oid == _BOOL:  # "t" from the log, "true" from a snapshot's ::text
         return "true" if text in ("t", "true") else "false"
     if type_oid in _NUMBERS:
@@ -44,6 +54,12 @@ def json_value(text: str | None, type_oid: int) -> str:
     if type_oid in (_JSON, _JSONB):
         return text
     return json.dumps(text)
+
+
+def _beyond_spark(text: str) -> bool:
+    """ISO text (see ``postgres.TEXT_SETTINGS``): ``[-]infinity``, ``... BC``, or a year
+    of more than four digits."""
+    return text.endswith(("infinity", " BC")) or len(text.partition("-")[0]) > 4
 
 
 def _numeric(text: str) -> str:
@@ -57,15 +73,20 @@ def json_object(names: Sequence[str], values: Sequence[str | None], oids: Sequen
     return "{" + ",".join(fields) + "}"
 
 
-def snapshot_row(table: str, lsn: str, names: Sequence[str], values, oids) -> ChangeRow:
-    return (table, UPSERT, SNAPSHOT_SEQUENCE, json_object(names, values, oids), lsn, None, None)
-
-
 @dataclass
 class Unreadable(Exception):
     """A change that cannot be mapped to a row: it goes to quarantine with this reason."""
 
     reason: str
+
+
+def snapshot_row(table: str, lsn: str, names: Sequence[str], values, oids) -> ChangeRow:
+    try:
+        payload = json_object(names, values, oids)
+    except Unreadable as bad:  # quarantined by the table's flows, with the row's text
+        raw = json.dumps({"reason": bad.reason, "row": dict(zip(names, values, strict=True))})
+        return (table, None, None, None, lsn, None, raw)
+    return (table, UPSERT, SNAPSHOT_SEQUENCE, payload, lsn, None, None)
 
 
 class ChangeDecoder:

@@ -45,12 +45,27 @@ _PEEK = (
     "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)"
 )
 _COMMIT_ATTEMPTS = 10
+# The settings that shape a value's text, fixed for every connection (the snapshot's
+# ::text and the log's values are rendered by the reading session): whatever the server's
+# or the role's defaults, a value reads the same, in the form from_json types back.
+TEXT_SETTINGS = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO, YMD",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "1",  # shortest text that reads back to the same float
+    "bytea_output": "hex",
+    "lc_monetary": "C",
+}
 
 
 def _connect(dsn: str, **kwargs):
     import psycopg  # imported where used: executors need it, the driver's planner does not
+    from psycopg.conninfo import conninfo_to_dict
 
-    return psycopg.connect(dsn, **kwargs)
+    fixed = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in TEXT_SETTINGS.items())
+    theirs = conninfo_to_dict(dsn).get("options")
+    options = f"{theirs} {fixed}" if theirs else fixed  # ours last: they win
+    return psycopg.connect(dsn, options=options, **kwargs)
 
 
 def _qualified(name: str) -> str:
