@@ -185,7 +185,7 @@ def test_failed_run_logs_the_error_class(spark, tmp_path, monkeypatch):
         raise ConcurrentWriteError(table=self.state_table, attempts=8)
 
     monkeypatch.setattr(AutoCdcFlow, "apply", losing)
-    with pytest.raises(Exception, match="AUTOCDC_CONCURRENT_WRITE"):
+    with pytest.raises(ConcurrentWriteError):  # itself, not Spark's exception around it
         run(spark, spec)
     rows = events(spark, tmp_path)
     assert [r.event_type for r in rows] == ["run_started", "flow_started", "error", "run_failed"]

@@ -17,6 +17,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT
 
 from autocdc.pipelines import cli, errors, project, runner, scaffold
+from autocdc.sources.errors import SnapshotLostError
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
 A = [Change(1, 2, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1)), Change(3, 5, DELETE)]
@@ -176,6 +177,41 @@ def test_change_data_feed_source_with_autocdc_dp(spark, tmp_path, database):
     assert open_versions() == {tuple(r) for r in spark.table(source).collect()}
     versions = spark.table(f"{database}.mirror").where("id = 3").count()
     assert versions == 1
+
+
+# A source whose reader fails in a Python worker with an autocdc error (as the PostgreSQL
+# source's initial load does when its snapshot is gone).
+FAILING_SOURCE = """
+from pyspark import pipelines as dp
+from pyspark.sql import functions as F
+from autocdc.sources.errors import SnapshotLostError
+
+@F.udf("int")
+def lost(id):
+    raise SnapshotLostError(slot="shop", snapshot="00000003-0000001B-1")
+
+@dp.temporary_view
+def changes():
+    return spark.readStream.schema("{feed}").json("{data}").withColumn("id", lost("id"))
+
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_flow(
+    target="latest", source="changes", keys=["id"], sequence_by="seq",
+    apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
+)
+"""
+
+
+def test_an_autocdc_error_raised_in_a_python_worker_reaches_the_caller(spark, tmp_path, database):
+    """Not Spark's StreamingQueryException with a worker's traceback inside: the autocdc
+    error itself, which the CLI prints in one line with exit status 2."""
+    spec = write_project(tmp_path, database, {"feed.py": FAILING_SOURCE})
+    drop(tmp_path, "1", A)
+    with pytest.raises(SnapshotLostError) as raised:
+        run(spark, spec)
+    assert str(raised.value).startswith("[AUTOCDC_POSTGRES_SNAPSHOT_LOST] ")
+    assert "00000003-0000001B-1" in str(raised.value)
+    assert "Traceback" not in str(raised.value)
 
 
 def test_full_refresh_reprocesses_from_the_sources(spark, tmp_path, database):

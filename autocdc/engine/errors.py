@@ -8,6 +8,8 @@ of the ``QUARANTINE_*`` names below.
 
 from __future__ import annotations
 
+import importlib
+import re
 from typing import Any, ClassVar
 
 # A record Spark could not parse or type (its corrupt-record column is set).
@@ -217,3 +219,25 @@ class JarsUnresolvedError(AutoCdcError):
         "{code}); ivy's report is in {log}. Check that Java is installed and Maven Central "
         "(repo1.maven.org) is reachable, then run `python -m autocdc.engine.jars` again."
     )
+
+
+# How a Python worker's traceback names an autocdc error it raised, in the message of the
+# exception Spark wraps it in (PythonException, StreamingQueryException).
+_IN_WORKER = re.compile(r"^(autocdc(?:\.\w+)+)\.(\w+): \[(AUTOCDC_\w+)\] (.*)$", re.MULTILINE)
+
+
+def raised_in_worker(error: BaseException) -> AutoCdcError | None:
+    """The autocdc error a Python worker (a source's reader, a UDF) raised under
+    ``error``, rebuilt on the driver with its class and message (its params stay in the
+    worker's traceback); ``None`` when ``error`` carries none."""
+    found = _IN_WORKER.findall(str(error))
+    if not found:
+        return None
+    module, name, error_class, message = found[-1]
+    cls = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, AutoCdcError)):
+        return None
+    rebuilt = cls.__new__(cls)
+    Exception.__init__(rebuilt, f"[{error_class}] {message}")
+    rebuilt.params = {}
+    return rebuilt

@@ -28,7 +28,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from autocdc import AutoCdcFlow
+from autocdc import AutoCdcError, AutoCdcFlow
+from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines import graph as g
 from autocdc.pipelines import position as pos
@@ -105,8 +106,13 @@ class Runner:
             with self.progress:
                 self._run(options)
         except BaseException as error:
-            # The error inside foreachBatch, not Spark's StreamingQueryException around it.
-            self.events.write("run_failed", error=self.failure or error)
+            # The error inside foreachBatch, not Spark's StreamingQueryException around it;
+            # an autocdc error a source raised in a Python worker, rebuilt from its text.
+            cause = self.failure or error
+            ours = cause if isinstance(cause, AutoCdcError) else raised_in_worker(cause)
+            self.events.write("run_failed", error=ours or cause)
+            if ours is not None and ours is not error:
+                raise ours from error
             raise
         self.events.write("run_finished")
 
