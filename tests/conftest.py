@@ -43,12 +43,12 @@ SUBPROCESS_CONF = {**TEST_CONF, "spark.driver.extraJavaOptions": JVM_OPTIONS}
 _names = itertools.count()
 
 
-def python_error(stderr: str, lines: int = 30) -> str:
-    """A failed subprocess's error without the JVM's stack frames and INFO chatter: the
-    Python traceback and the exception's message are what a failure report needs."""
+def error_tail(text: str, lines: int = 30) -> str:
+    """The end of a failed process's output without the JVM's stack frames and INFO
+    chatter: the Python traceback and the exceptions' messages are what a report needs."""
     kept = [
         line
-        for line in stderr.splitlines()
+        for line in text.splitlines()
         if not line.lstrip().startswith(("at ", "... ")) and " INFO " not in line
     ]
     return "\n".join(kept[-lines:])

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import python_error
+from conftest import error_tail
 from pyspark.sql import DataFrameWriter
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT, WORKER, rows
@@ -158,7 +158,7 @@ def test_two_processes_applying_and_compacting_at_once(spark, tmp_path):
         for batches in (first, second)
     ]
     outputs = [p.communicate(timeout=900) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [python_error(err) for _, err in outputs]
+    assert [p.returncode for p in procs] == [0, 0], [error_tail(err) for _, err in outputs]
     table = spark.read.format("delta").load(str(tmp_path / target))
     got = {r.id: (r.a, r.b) for r in table.collect()}
     everything = [c for batch in first + second for c in batch]

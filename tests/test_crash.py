@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import explore, python_error
+from conftest import error_tail, explore
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc.engine.faults import CRASH_ENV
@@ -64,7 +64,7 @@ def run(
         text=True,
         timeout=600,
     )
-    assert done.returncode in (0, -signal.SIGKILL), python_error(done.stderr)
+    assert done.returncode in (0, -signal.SIGKILL), error_tail(done.stderr)
     return done.returncode
 
 

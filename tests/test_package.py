@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import python_error
+from conftest import error_tail
 from test_crash import ROOT
 
 from autocdc.engine.session import DEFAULTS, read_conf_file
@@ -60,7 +60,7 @@ def test_an_installed_wheel_starts_sessions_with_the_engines_settings(tmp_path: 
         text=True,
         timeout=900,
     )
-    assert done.returncode == 0, python_error(done.stderr)
+    assert done.returncode == 0, error_tail(done.stderr)
     said = json.loads(done.stdout.splitlines()[-1])
     assert Path(said["module"]).is_relative_to(site)
     engine = read_conf_file(DEFAULTS / "spark-defaults.conf")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyspark
 import pytest
-from conftest import JVM_OPTIONS
+from conftest import JVM_OPTIONS, error_tail
 from pyspark.sql import DataFrame, SparkSession
 from test_crash import ROOT
 
@@ -63,12 +63,6 @@ def environment() -> dict[str, str]:
     env["SPARK_DAEMON_MEMORY"] = "256m"
     env["SPARK_DAEMON_JAVA_OPTS"] = JVM_OPTIONS
     return env
-
-
-def tail(text: str, lines: int = 40) -> str:
-    """The end of a Spark log without its INFO chatter."""
-    kept = [line for line in text.splitlines() if " INFO " not in line]
-    return "\n".join(kept[-lines:])
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +110,7 @@ def submit(spec: Path, master: str, *options: str) -> None:
         text=True,
         timeout=TIMEOUT,
     )
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{tail(done.stderr)}"
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{error_tail(done.stderr, 40)}"
 
 
 def check_tables(spark: SparkSession, warehouse: Path) -> None:
@@ -191,9 +185,8 @@ def standalone(tmp_path: Path) -> Iterator[Cluster]:
     started: dict[str, subprocess.Popen[bytes]] = {}
 
     def logs() -> str:
-        return "\n".join(
-            f"--- {name}\n{tail((tmp_path / f'{name}.log').read_text())}" for name in started
-        )
+        texts = {name: (tmp_path / f"{name}.log").read_text() for name in started}
+        return "\n".join(f"--- {name}\n{error_tail(text, 40)}" for name, text in texts.items())
 
     try:
         for name, command in daemons.items():
