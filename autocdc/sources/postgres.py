@@ -50,21 +50,21 @@ _COMMIT_ATTEMPTS = 10
 # or the role's defaults, a value reads the same, in the form from_json types back.
 TEXT_SETTINGS = {
     "TimeZone": "UTC",
-    "DateStyle": "ISO, YMD",
+    "DateStyle": "ISO,YMD",
     "IntervalStyle": "postgres",
     "extra_float_digits": "1",  # shortest text that reads back to the same float
     "bytea_output": "hex",
     "lc_monetary": "C",
 }
+_OPTIONS = " ".join(f"-c {k}={v}" for k, v in TEXT_SETTINGS.items())  # libpq `options`
 
 
 def _connect(dsn: str, **kwargs):
     import psycopg  # imported where used: executors need it, the driver's planner does not
     from psycopg.conninfo import conninfo_to_dict
 
-    fixed = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in TEXT_SETTINGS.items())
     theirs = conninfo_to_dict(dsn).get("options")
-    options = f"{theirs} {fixed}" if theirs else fixed  # ours last: they win
+    options = f"{theirs} {_OPTIONS}" if theirs else _OPTIONS  # ours last: they win
     return psycopg.connect(dsn, options=options, **kwargs)
 
 
