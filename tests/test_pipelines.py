@@ -7,6 +7,7 @@ Each test's project has its own database, so tests share the session but not tab
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -334,14 +335,29 @@ def test_cli_exits_2_on_a_bad_spec_without_starting_spark(tmp_path):
     assert "AUTOCDC_PIPELINE_SPEC_INVALID" in done.stderr and "libraris" in done.stderr
 
 
-def test_init_sample_runs_at_once(spark, tmp_path, monkeypatch):
+def test_init_sample_runs_at_once_and_a_copy_of_it_is_refused_until_it_starts_over(
+    spark, tmp_path, monkeypatch
+):
+    """The sample runs as created. A copy of the project (its checkpoints name the files
+    they read by absolute path) is refused with the fix, before its flows start; with that
+    fix (a full refresh) it runs."""
     root = scaffold.create(tmp_path / "sample")
     monkeypatch.chdir(root)
     assert run(spark, root / "spark-pipeline.yml")[0] == "customer_changes"
-    assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == {
-        (1, "Alice", "Lyon"),
-        (3, "Carol", "Rome"),
-    }
+    expected = {(1, "Alice", "Lyon"), (3, "Carol", "Rome")}
+    assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
+    assert spark.table("customers_history").count() == 4
+
+    copy = Path(shutil.copytree(root, tmp_path / "copy", symlinks=True))
+    monkeypatch.chdir(copy)
+    with pytest.raises(errors.CheckpointElsewhereError) as refused:
+        run(spark, copy / "spark-pipeline.yml")
+    assert refused.value.params["flow"] == "customers"
+    assert refused.value.params["recorded"] == root.resolve() / "data" / "changes"
+    assert refused.value.params["location"] == copy.resolve() / "data" / "changes"
+    assert "`autocdc run --full-refresh customers`" in str(refused.value)
+    run(spark, copy / "spark-pipeline.yml", full_refresh_all=True)
+    assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
     assert spark.table("customers_history").count() == 4
 
 

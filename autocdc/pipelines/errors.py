@@ -112,3 +112,18 @@ class UnknownFlowError(AutoCdcError):
         "The event log of pipeline `{pipeline}` has no batch of flow `{flow}` (flows with "
         "batches: {known}). Check the name, or run the pipeline first."
     )
+
+
+class CheckpointElsewhereError(AutoCdcError):
+    """A flow's checkpoint was written for files at another place (see
+    :func:`autocdc.pipelines.position.elsewhere`): Spark would fail on it, or worse."""
+
+    error_class = "AUTOCDC_PIPELINE_CHECKPOINT_ELSEWHERE"
+    template = (
+        "Flow `{flow}`: its checkpoint records the files it read under {recorded}, but its "
+        "source is now {location} (the project was copied or moved, or the source's path "
+        "changed). Spark's checkpoints keep absolute paths, so the flow cannot go on from "
+        "this one. Run the project where it was, or start the flow over from its source "
+        "here: `autocdc run --full-refresh {dataset}` (its target is rebuilt from every "
+        "file the source holds)."
+    )

@@ -8,6 +8,7 @@ what there is. Sources other than files and Delta tables have no lag (None).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -119,6 +120,32 @@ def _processed_files(log: Path, up_to: int) -> set[Path]:
             if record["batchId"] <= up_to:
                 seen.add(Path(unquote(urlparse(record["path"]).path)))
     return seen
+
+
+def _base(location: Path) -> Path:
+    """The folder a file source lists: its path up to the first glob character."""
+    parts = location.parts
+    plain = list(itertools.takewhile(lambda p: not has_magic(p), parts))
+    return Path(*plain) if plain else location
+
+
+def elsewhere(found: list[dict[str, Any]], checkpoint: Path) -> tuple[Path, Path] | None:
+    """(a folder the checkpoint recorded files in, the source's location now) for the first
+    file source whose checkpoint log names files outside where the source now reads: a
+    project copied or moved (Spark keeps absolute paths), or a source's path changed."""
+    for i, source in enumerate(found):
+        if source["kind"] != "files" or not source["path"]:
+            continue
+        logs = [p for p in (checkpoint / "sources" / str(i)).glob("*") if p.name[0].isdigit()]
+        latest = max(logs, key=lambda p: int(p.name.split(".")[0]), default=None)
+        lines = latest.read_text().splitlines()[1:] if latest else []
+        if not lines:
+            continue
+        recorded = Path(unquote(urlparse(json.loads(lines[0])["path"]).path))
+        location = Path(source["path"])
+        if not recorded.is_relative_to(_base(location)):
+            return recorded.parent, location
+    return None
 
 
 def _delta_versions(table: Path) -> list[int]:

@@ -33,7 +33,7 @@ from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines import graph as g
 from autocdc.pipelines import position as pos
-from autocdc.pipelines.errors import UnknownDatasetError
+from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetError
 from autocdc.pipelines.eventlog import EventLog
 from autocdc.pipelines.progress import Progress
 from autocdc.pipelines.project import Project
@@ -230,6 +230,12 @@ class Runner:
         with _conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
             self._started(flow.name, target, df)
+            moved = pos.elsewhere(self.sources[flow.name], checkpoint)
+            if moved is not None:  # refused before Spark fails on it (or reads files twice)
+                recorded, location = moved
+                raise CheckpointElsewhereError(
+                    flow=flow.name, recorded=recorded, location=location, dataset=dataset.name
+                )
             if isinstance(flow, CdcFlow):
                 engine = g.engine_flow(flow, target)
                 if not df.isStreaming:  # a batch source: the whole table is one batch
