@@ -49,12 +49,15 @@ def events(spark, root: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def ran(spark, tmp_path_factory):
+def ran(spark, warehouse, tmp_path_factory):
     """Three files, one micro-batch each (one with a NULL key); the metrics ``apply``
-    returned are recorded to compare with the log."""
+    returned are recorded to compare with the log. The project's warehouse is this
+    session's, where ``status`` (which reads without Spark) finds the tables."""
     root = tmp_path_factory.mktemp("operated")
     database = f"ops_{os.getpid()}"
-    spec = write_project(root, database, {"feed.py": FEED})
+    spec = write_project(
+        root, database, {"feed.py": FEED}, {"spark.sql.warehouse.dir": str(warehouse)}
+    )
     drop(root, "1", A)
     drop(root, "2", B)
     with (root / "data" / "2.json").open("a") as f:
@@ -177,6 +180,32 @@ def test_status_and_history_tables(spark, ran, monkeypatch, capsys):
     ]
 
 
+def test_target_counts_without_spark_are_sparks(spark, warehouse, new_table):
+    """``status`` counts an SCD2 target's open versions and its quarantine with delta-rs,
+    through the deletion vectors its MERGEs leave: the numbers Spark gives."""
+    target = new_table("counted")
+    flow = AutoCdcFlow(
+        target=target,
+        keys=["id"],
+        sequence_by="seq",
+        apply_as_deletes="op = 'D'",
+        except_column_list=["op", "seq"],
+        stored_as_scd_type=2,
+    )
+    schema = "id long, v string, seq long, op string"
+    first = [(i, f"v{i}", i, "U") for i in range(6)] + [(None, "x", 9, "U")]
+    flow.apply(spark.createDataFrame(first, schema))
+    flow.apply(spark.createDataFrame([(1, "w", 10, "U"), (2, None, 11, "D")], schema))
+    assert any(p.name.startswith("deletion_vector") for p in (warehouse / target).iterdir())
+    table = spark.table(target)
+    assert operations.target_counts(warehouse, flow.flow_name, target) == {
+        "scd_type": 2,
+        "live_rows": table.where("__END_AT IS NULL").count(),
+        "quarantined": {"total": 1, "by_reason": {"AUTOCDC_NULL_KEY": 1}},
+    }
+    assert table.where("__END_AT IS NULL").count() == 5  # six keys, one deleted
+
+
 def test_failed_run_logs_the_error_class(spark, tmp_path, monkeypatch):
     spec = write_project(tmp_path, f"failing_{os.getpid()}", {"feed.py": FEED})
     drop(tmp_path, "1", A)
@@ -191,7 +220,7 @@ def test_failed_run_logs_the_error_class(spark, tmp_path, monkeypatch):
     assert [r.event_type for r in rows] == ["run_started", "flow_started", "error", "run_failed"]
     assert [r.error_class for r in rows[2:]] == ["AUTOCDC_CONCURRENT_WRITE"] * 2
     assert rows[2].flow == "latest" and "state" in rows[3].message
-    last_run = operations.status(spark, project.load(spec))["last_run"]
+    last_run = operations.status(project.load(spec))["last_run"]
     assert (last_run["status"], last_run["error_class"]) == ("failed", "AUTOCDC_CONCURRENT_WRITE")
 
 
@@ -206,7 +235,7 @@ def test_killed_run_keeps_its_committed_events(spark, tmp_path):
     assert finish(start(spec, "after_state_commit")) == -signal.SIGKILL
     rows = events(spark, tmp_path)
     assert [r.event_type for r in rows] == ["run_started", "flow_started"]
-    status = operations.status(spark, project.load(spec))
+    status = operations.status(project.load(spec))
     assert status["last_run"]["status"] == "interrupted"
     assert status["flows"][0]["lag"]["files"] == 2
 
@@ -301,8 +330,8 @@ def test_delta_source_position_and_versions_behind(spark, tmp_path):
     assert reached["offset"]["reservoirVersion"] == 2  # versions 0 and 1 read
     assert (batch.lag_files, batch.lag_seconds) == (None, None)
     loaded = project.load(spec)
-    assert operations.status(spark, loaded)["flows"][0]["lag"]["versions"] == 0
+    assert operations.status(loaded)["flows"][0]["lag"]["versions"] == 0
     spark.sql(f"INSERT INTO {source} VALUES (3, 1)")
-    behind = operations.status(spark, loaded)["flows"][0]["lag"]
+    behind = operations.status(loaded)["flows"][0]["lag"]
     assert behind["versions"] == 1 and behind["files"] is None
     assert behind["oldest_age_seconds"] >= 0

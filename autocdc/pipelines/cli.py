@@ -117,12 +117,12 @@ def _record(error: BaseException) -> Path:
     return path
 
 
-def _report(args: argparse.Namespace, spec: project.Project, spark: SparkSession) -> int:
-    """``status`` / ``history``: JSON (documented keys) or a table."""
+def _report(args: argparse.Namespace, spec: project.Project) -> int:
+    """``status`` / ``history``: JSON (documented keys) or a table; no Spark."""
     if args.command == "status":
-        doc, show = operations.status(spark, spec), operations.show_status
+        doc, show = operations.status(spec), operations.show_status
     else:
-        doc, show = operations.history(spark, spec, args.flow, args.last), operations.show_history
+        doc, show = operations.history(spec, args.flow, args.last), operations.show_history
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -131,11 +131,12 @@ def _report(args: argparse.Namespace, spec: project.Project, spark: SparkSession
 
 
 def _run(args: argparse.Namespace, spec: project.Project) -> int:
-    """``run``, ``dry-run``, ``status`` and ``history``: in the project's folder and session."""
+    """``run``, ``dry-run``, ``status`` and ``history``: in the project's folder (and
+    session: ``status`` and ``history`` read the tables without Spark)."""
     os.chdir(spec.root)  # relative paths in the definitions are the project's
-    spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
     if args.command in ("status", "history"):
-        return _report(args, spec, spark)
+        return _report(args, spec)
+    spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
         full_refresh_all=getattr(args, "full_refresh_all", False),

@@ -4,6 +4,8 @@ compact tables for people.
 
 Everything comes from the event log except what must be current: the lag is computed
 now, from each flow's checkpoint and its sources, and the row counts from the tables.
+No Spark: the tables are read with delta-rs (:mod:`autocdc.pipelines.lake`), so either
+command answers in about a second.
 """
 
 from __future__ import annotations
@@ -12,15 +14,14 @@ import json
 import os
 import socket
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 from rich.console import Console
 from rich.table import Table
 
 from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX
-from autocdc.pipelines import eventlog
+from autocdc.pipelines import eventlog, lake
 from autocdc.pipelines import position as pos
 from autocdc.pipelines.errors import UnknownFlowError
 from autocdc.pipelines.progress import describe_lag
@@ -28,6 +29,7 @@ from autocdc.pipelines.project import Project
 
 RUN_EVENTS = ("run_started", "run_finished", "run_failed")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+BATCH_FIELDS = ("batch_id", "stream_batch_id", "event_time", "upserted", "deleted", "metrics")
 
 
 def _iso(micros: int | None) -> str | None:
@@ -37,12 +39,18 @@ def _iso(micros: int | None) -> str | None:
     return (EPOCH + timedelta(microseconds=micros)).isoformat().replace("+00:00", "Z")
 
 
-def _events(spark: SparkSession, project: Project) -> DataFrame | None:
-    events = eventlog.read(spark, project)
-    if events is None:
+def _events(project: Project, sql: str) -> list[dict[str, Any]] | None:
+    """Rows of ``sql`` over this pipeline's events (``events``), None before its first
+    run; ``event_time`` comes back as microseconds in ``t``."""
+    log = eventlog.path(project)
+    if not lake.exists(log):
         return None
-    micros = F.unix_micros("event_time").alias("t")
-    return events.where(F.col("pipeline") == project.name).select("*", micros)
+    mine = f"SELECT * FROM log WHERE pipeline = {lake.literal(project.name)}"
+    rows = lake.query(f"WITH events AS ({mine}) {sql}", log=log)
+    for row in rows:
+        if "event_time" in row:
+            row["t"] = lake.micros(row.pop("event_time"))
+    return rows
 
 
 def _alive(host: str | None, pid: int | None) -> bool:
@@ -57,47 +65,58 @@ def _alive(host: str | None, pid: int | None) -> bool:
     return True
 
 
-def _runs(events: DataFrame) -> dict[str, dict[str, Any]]:
+def _runs(project: Project) -> dict[str, dict[str, Any]]:
     """Each run's id, status (finished, failed, running, or interrupted: no end event and
     its process is gone), start and end, and its error."""
     runs: dict[str, dict[str, Any]] = {}
-    rows = events.where(F.col("event_type").isin(*RUN_EVENTS)).orderBy("t").collect()
-    for row in rows:
-        run = runs.setdefault(row.run_id, {"run_id": row.run_id, "status": "running"})
-        if row.event_type == "run_started":
-            run.update(started=_iso(row.t), ended=None, error_class=None, message=None)
-            run["status"] = "running" if _alive(row.host, row.pid) else "interrupted"
+    kinds = ", ".join(lake.literal(k) for k in RUN_EVENTS)
+    rows = _events(
+        project,
+        "SELECT run_id, event_type, event_time, error_class, message, host, pid "
+        f"FROM events WHERE event_type IN ({kinds}) ORDER BY event_time",
+    )
+    for row in rows or []:
+        run = runs.setdefault(row["run_id"], {"run_id": row["run_id"], "status": "running"})
+        if row["event_type"] == "run_started":
+            run.update(started=_iso(row["t"]), ended=None, error_class=None, message=None)
+            run["status"] = "running" if _alive(row["host"], row["pid"]) else "interrupted"
         else:
-            run["status"] = "finished" if row.event_type == "run_finished" else "failed"
-            run.update(ended=_iso(row.t), error_class=row.error_class, message=row.message)
+            run["status"] = "finished" if row["event_type"] == "run_finished" else "failed"
+            run.update(ended=_iso(row["t"]), error_class=row["error_class"], message=row["message"])
     return runs
 
 
-def _last(value: str | Column, when: Column) -> Column:
-    """The value of the latest event where ``when`` holds (max_by skips NULL orderings)."""
-    return F.max_by(value, F.when(when, F.col("t")))
+def _last(name: str, when: str = "TRUE") -> str:
+    """The value of the latest event where ``when`` holds."""
+    return f"last_value({name} ORDER BY event_time) FILTER (WHERE {when}) AS {name}"
 
 
-def _target_counts(spark: SparkSession, flow: str, target: str) -> dict[str, Any]:
-    """SCD type, live rows (SCD2: open versions) and quarantined rows by reason."""
+def target_counts(warehouse: Path, flow: str, target: str) -> dict[str, Any]:
+    """SCD type, live rows (SCD2: open versions) and quarantined rows by reason of a
+    flow's target in ``warehouse``."""
     counts: dict[str, Any] = {"scd_type": None, "live_rows": None, "quarantined": None}
-    if spark.catalog.tableExists(target):
-        table = spark.read.table(target)
-        scd2 = "__END_AT" in table.columns
-        counts["live_rows"] = (table.where(F.col("__END_AT").isNull()) if scd2 else table).count()
-        if spark.catalog.tableExists(target + STATE_SUFFIX):
+    table = lake.location(warehouse, target)
+    if lake.exists(table):
+        scd2 = "__END_AT" in lake.columns(table)
+        where = f"WHERE {lake.column('__END_AT')} IS NULL" if scd2 else ""
+        (row,) = lake.query(f"SELECT count(*) AS n FROM t {where}", t=table)
+        counts["live_rows"] = row["n"]
+        if lake.exists(lake.location(warehouse, target + STATE_SUFFIX)):
             counts["scd_type"] = 2 if scd2 else 1
-    quarantine = target + QUARANTINE_SUFFIX
-    if spark.catalog.tableExists(quarantine):
-        rows = spark.read.table(quarantine).where(F.col("flow") == flow).groupBy("reason").count()
-        by_reason = {r.reason: r["count"] for r in rows.collect()}
+    quarantine = lake.location(warehouse, target + QUARANTINE_SUFFIX)
+    if lake.exists(quarantine):
+        mine = f"flow = {lake.literal(flow)}"
+        rows = lake.query(
+            f"SELECT reason, count(*) AS n FROM q WHERE {mine} GROUP BY reason", q=quarantine
+        )
+        by_reason = {r["reason"]: r["n"] for r in rows}
         counts["quarantined"] = {"total": sum(by_reason.values()), "by_reason": by_reason}
     elif counts["scd_type"] is not None:
         counts["quarantined"] = {"total": 0, "by_reason": {}}
     return counts
 
 
-def status(spark: SparkSession, project: Project) -> dict[str, Any]:
+def status(project: Project) -> dict[str, Any]:
     """Per flow: its last batch, totals, live and quarantined rows, tombstones, lag now."""
     doc: dict[str, Any] = {
         "pipeline": project.name,
@@ -105,84 +124,80 @@ def status(spark: SparkSession, project: Project) -> dict[str, Any]:
         "last_run": None,
         "flows": [],
     }
-    events = _events(spark, project)
-    if events is None:
+    if not lake.exists(eventlog.path(project)):
         return doc
-    runs = _runs(events)
+    runs = _runs(project)
     doc["last_run"] = list(runs.values())[-1] if runs else None
-    is_batch = F.col("event_type") == "batch"
-    batch = F.struct("batch_id", "stream_batch_id", "t", "upserted", "deleted", "metrics")
-    flows = (
-        events.where(F.col("flow").isNotNull())
-        .groupBy("flow")
-        .agg(
-            F.max_by("target", "t").alias("target"),
-            F.max_by("run_id", "t").alias("run_id"),
-            _last(batch, is_batch).alias("batch"),
-            F.sum(F.when(is_batch, F.col("upserted") + F.col("deleted"))).alias("applied"),
-            _last("source_position", F.col("source_position").isNotNull()).alias("position"),
-        )
-        .orderBy("flow")
-        .collect()
+    is_batch = "event_type = 'batch'"
+    last_batch = ", ".join(_last(f, is_batch) for f in BATCH_FIELDS)
+    flows = _events(
+        project,
+        f"SELECT flow, {_last('target')}, {_last('run_id')}, {last_batch}, "
+        f"sum(upserted + deleted) FILTER (WHERE {is_batch}) AS applied, "
+        f"{_last('source_position', 'source_position IS NOT NULL')} "
+        "FROM events WHERE flow IS NOT NULL GROUP BY flow ORDER BY flow",
     )
-    for row in flows:
-        last = row.batch
-        found = json.loads(row.position) if row.position else []
-        lag = pos.lag_now(found, project.checkpoint(row.flow)) if found else pos.Lag()
-        tombstones = json.loads(last.metrics)["tombstones_live"] if last else None
+    for row in flows or []:
+        found = json.loads(row["source_position"]) if row["source_position"] else []
+        lag = pos.lag_now(found, project.checkpoint(row["flow"])) if found else pos.Lag()
+        batched = row["batch_id"] is not None
+        tombstones = json.loads(row["metrics"])["tombstones_live"] if batched else None
         entry = {
-            "flow": row.flow,
-            "target": row.target,
-            **_target_counts(spark, row.flow, row.target),
-            "last_batch": None
-            if last is None
-            else {
-                "batch_id": last.batch_id,
-                "stream_batch_id": last.stream_batch_id,
-                "time": _iso(last.t),
-                "rows_applied": last.upserted + last.deleted,
-            },
-            "rows_applied_total": row.applied or 0,
+            "flow": row["flow"],
+            "target": row["target"],
+            **target_counts(project.warehouse, row["flow"], row["target"]),
+            "last_batch": {
+                "batch_id": row["batch_id"],
+                "stream_batch_id": row["stream_batch_id"],
+                "time": _iso(row["t"]),
+                "rows_applied": row["upserted"] + row["deleted"],
+            }
+            if batched
+            else None,
+            "rows_applied_total": row["applied"] or 0,
             "tombstones_live": tombstones,
             "lag": lag.as_dict(),
-            "last_run": runs.get(row.run_id),
+            "last_run": runs.get(row["run_id"]),
         }
         doc["flows"].append(entry)
     return doc
 
 
-def history(spark: SparkSession, project: Project, flow: str, last: int) -> dict[str, Any]:
+def history(project: Project, flow: str, last: int) -> dict[str, Any]:
     """The last ``last`` batch events of ``flow``, oldest first."""
-    events = _events(spark, project)
-    batches = (
-        events.where((F.col("event_type") == "batch") & (F.col("flow") == flow))
-        if events is not None
-        else None
+    name = lake.literal(flow)
+    rows = _events(
+        project,
+        f"SELECT * FROM events WHERE event_type = 'batch' AND flow = {name} "
+        f"ORDER BY event_time DESC LIMIT {int(last)}",
     )
-    rows = batches.orderBy(F.col("t").desc()).limit(last).collect() if batches else []
     if not rows:
-        known = []
-        if events is not None:
-            named = events.where(F.col("event_type") == "batch").select("flow").distinct()
-            known = sorted(r.flow for r in named.collect())
+        named = _events(project, "SELECT DISTINCT flow FROM events WHERE event_type = 'batch'")
+        known = sorted(r["flow"] for r in named or [])
         raise UnknownFlowError(pipeline=project.name, flow=flow, known=known or "none")
     return {
         "pipeline": project.name,
         "flow": flow,
         "batches": [
             {
-                "run_id": r.run_id,
-                "time": _iso(r.t),
-                "batch_id": r.batch_id,
-                "stream_batch_id": r.stream_batch_id,
-                "rows_in": r.rows_in,
-                "upserted": r.upserted,
-                "deleted": r.deleted,
-                "quarantined": r.quarantined,
-                "seconds": r.seconds,
-                "metrics": json.loads(r.metrics),
-                "source_position": json.loads(r.source_position) if r.source_position else None,
-                "lag": {"files": r.lag_files, "bytes": r.lag_bytes, "seconds": r.lag_seconds},
+                "run_id": r["run_id"],
+                "time": _iso(r["t"]),
+                "batch_id": r["batch_id"],
+                "stream_batch_id": r["stream_batch_id"],
+                "rows_in": r["rows_in"],
+                "upserted": r["upserted"],
+                "deleted": r["deleted"],
+                "quarantined": r["quarantined"],
+                "seconds": r["seconds"],
+                "metrics": json.loads(r["metrics"]),
+                "source_position": json.loads(r["source_position"])
+                if r["source_position"]
+                else None,
+                "lag": {
+                    "files": r["lag_files"],
+                    "bytes": r["lag_bytes"],
+                    "seconds": r["lag_seconds"],
+                },
             }
             for r in reversed(rows)
         ],
