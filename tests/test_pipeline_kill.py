@@ -78,3 +78,34 @@ def test_killed_runs_converge_exactly_once(spark, tmp_path):
     history = spark.read.format("delta").load(str(tables / "history")).collect()
     got = {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in history}
     assert got == fold_scd2(EVERYTHING), (SEED, story, time.monotonic() - started)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_run_starts_prints_one_line_and_releases_the_lock(tmp_path):
+    """SIGINT (Ctrl-C) once the definitions are resolved, as the flows start: exit 130,
+    one line saying so (no py4j tracebacks), the lock released."""
+    config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse")}
+    spec = write_project(tmp_path, "stopped", {"feed.py": PYSPARK_SCD1}, config)
+    drop(tmp_path, "1", EVERYTHING)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autocdc", "run", "--continuous", "--spec", str(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # printed once every definition is resolved
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=600)
+    assert first.startswith("autocdc: pipeline stopped: "), first + rest
+    assert proc.returncode == 130, rest
+    assert rest.splitlines() == [
+        "autocdc: interrupted (Ctrl-C): every committed batch is kept; the next run goes on "
+        "from there"
+    ]
+    assert not (tmp_path / "storage" / "autocdc-run.lock").exists()

@@ -22,7 +22,17 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 
 from autocdc import AutoCdcError, log_file, spark_session
-from autocdc.pipelines import graph, lock, operations, project, registry, report, runner, scaffold
+from autocdc.pipelines import (
+    graph,
+    interrupt,
+    lock,
+    operations,
+    project,
+    registry,
+    report,
+    runner,
+    scaffold,
+)
 
 
 def _names(value: str) -> set[str]:
@@ -137,6 +147,8 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     if args.command in ("status", "history"):
         return _report(args, spec)
     spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
+    interrupt.watch(spark)
+    interrupt.check()
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
         full_refresh_all=getattr(args, "full_refresh_all", False),
@@ -145,6 +157,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
         trigger_seconds=getattr(args, "trigger_interval", 10.0),
     )
     resolved = resolve(spec, spark, options)
+    interrupt.check()
     order = ", ".join(d.name for d in resolved.order)
     runner.say(f"pipeline {spec.name}: {len(resolved.order)} datasets ({order})")
     if args.command == "dry-run":
@@ -172,10 +185,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "run":  # one run at a time: refused before Spark starts
                 expiry = lock.expiry_seconds(spec)
                 held.enter_context(lock.hold(spec.storage_path, spec.name, expiry))
+            held.enter_context(interrupt.noted())
             return _run(args, spec)
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "autocdc: interrupted (Ctrl-C): every committed batch is kept; the next run "
+            "goes on from there",
+            file=sys.stderr,
+        )
+        return 130
     except Exception as error:  # not ours to explain: its gist here, the details logged
         print(f"autocdc: {_gist(error)}\n(details in {_record(error)})", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ from autocdc import AutoCdcError, AutoCdcFlow
 from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines import graph as g
+from autocdc.pipelines import interrupt
 from autocdc.pipelines import position as pos
 from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetError
 from autocdc.pipelines.eventlog import EventLog
@@ -127,6 +128,7 @@ class Runner:
             if dataset.name in resetting:
                 self._reset(dataset)
         for dataset in self.graph.order:
+            interrupt.check()
             if dataset.kind == "temporary_view":
                 for flow in self.graph.flows[dataset.name]:
                     assert isinstance(flow, QueryFlow)
@@ -150,9 +152,11 @@ class Runner:
             return
         for flow in self.graph.flows[dataset.name]:
             try:
+                interrupt.check()
                 query = self._start(flow, dataset, target, options)
                 if query is not None and not options.continuous:
                     query.awaitTermination()
+                    interrupt.check()  # Ctrl-C stopped it, short of up to date
             except BaseException as error:
                 self.events.write(
                     "error", flow=flow.name, target=target, error=self.failure or error
@@ -297,13 +301,14 @@ class Runner:
         """Until Ctrl-C or SIGTERM: streaming queries run on their trigger, materialized
         views are recomputed every interval; then every query stops cleanly."""
         stop: list[int] = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda number, _frame: stop.append(number))
+        signal.signal(signal.SIGTERM, lambda number, _frame: stop.append(number))
+        if not interrupt.active():  # a run not started by the CLI
+            signal.signal(signal.SIGINT, lambda number, _frame: stop.append(number))
         interval = options.trigger_seconds
         say(f"running continuously (every {interval:g} s); Ctrl-C stops")
-        while not stop:
+        while not (stop or interrupt.requested()):
             deadline = time.monotonic() + interval
-            while not stop and time.monotonic() < deadline:
+            while not (stop or interrupt.requested()) and time.monotonic() < deadline:
                 for flow, target, query in self.queries:
                     error = query.exception()
                     if error is not None:
@@ -313,7 +318,7 @@ class Runner:
                         raise error
                 time.sleep(0.2)
             for dataset in self.graph.order:
-                if dataset.kind == "materialized_view" and not stop:
+                if dataset.kind == "materialized_view" and not (stop or interrupt.requested()):
                     self._materialize(dataset)
         for flow, target, query in self.queries:
             query.stop()

@@ -1,0 +1,91 @@
+"""Ctrl-C (SIGINT) during ``autocdc run``: one line, the lock released, nothing lost.
+
+pyspark's own SIGINT handler cancels the jobs through py4j from inside whatever py4j
+call the main thread was in, then raises KeyboardInterrupt there: the connection's reader
+is re-entered and some 90 lines of py4j tracebacks follow. Inside :func:`noted` the signal
+is only noted; a helper thread (on a py4j connection of its own) stops the streaming
+queries and cancels running jobs, so the main thread's call returns, and :func:`check`
+raises KeyboardInterrupt at the next point where the run can end cleanly. Stopping a
+query mid-batch is as safe as a crash there (see :mod:`autocdc.engine.commit`). Another
+Ctrl-C some seconds later raises at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+from pyspark.sql import SparkSession
+
+_requested = threading.Event()
+_watched: list[SparkSession] = []  # inside noted(): the session to stop, once there is one
+_inside = threading.Event()
+_first: list[float] = []  # when the first Ctrl-C came
+INSIST_AFTER_SECONDS = 2.0  # a later Ctrl-C raises at once
+
+
+@contextlib.contextmanager
+def noted() -> Iterator[None]:
+    """Ctrl-C is noted, not raised, inside the block (when run in the main thread); the
+    handler from before is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, _noted)
+    _inside.set()
+    try:
+        yield
+    except Exception as error:
+        if _requested.is_set():  # a cancelled job, a stopped query: the interruption
+            raise KeyboardInterrupt from error
+        raise
+    finally:
+        signal.signal(signal.SIGINT, before)
+        _inside.clear()
+        _requested.clear()
+        _watched.clear()
+
+
+def watch(spark: SparkSession) -> None:
+    """Inside :func:`noted`: stop ``spark``'s work on Ctrl-C, and put the handler back
+    (pyspark installs its own when a session starts)."""
+    if _inside.is_set():
+        _watched[:] = [spark]
+        signal.signal(signal.SIGINT, _noted)
+
+
+def _noted(_signum: int, _frame: FrameType | None) -> None:
+    if _requested.is_set():
+        if time.monotonic() - _first[0] > INSIST_AFTER_SECONDS:
+            raise KeyboardInterrupt
+        return  # the same Ctrl-C again (sent to the process and to its group)
+    _first[:] = [time.monotonic()]
+    _requested.set()
+    threading.Thread(target=_halt, name="autocdc-interrupt", daemon=True).start()
+
+
+def _halt() -> None:
+    for spark in list(_watched):
+        with contextlib.suppress(Exception):  # the session may be stopping by itself
+            for query in spark.streams.active:
+                query.stop()
+            spark.sparkContext.cancelAllJobs()
+
+
+def active() -> bool:
+    """Whether Ctrl-C is being noted (inside :func:`noted`)."""
+    return _inside.is_set()
+
+
+def requested() -> bool:
+    return _requested.is_set()
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt here if Ctrl-C was pressed."""
+    if _requested.is_set():
+        raise KeyboardInterrupt
