@@ -1,4 +1,4 @@
-"""A pure-Python model of the fold in SEMANTICS.md: the oracle the engine is checked against.
+"""A pure-Python model of the fold in docs/semantics.md: the oracle the engine is checked against.
 
 Deliberately naive: it sorts every distinct change and applies them one at a time, the
 definition itself, with none of the engine's per-key compaction.

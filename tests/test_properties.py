@@ -1,4 +1,4 @@
-"""Every mode of the engine equals the reference fold of SEMANTICS.md, whatever the
+"""Every mode of the engine equals the reference fold of docs/semantics.md, whatever the
 arrival (property-based; bounded by the hypothesis profile in conftest.py).
 
 One generated scenario per example, checked for each mode (SCD1, SCD1 with

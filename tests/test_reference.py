@@ -1,4 +1,4 @@
-"""The reference model reproduces the worked example of SEMANTICS.md (no Spark)."""
+"""The reference model reproduces the worked example of docs/semantics.md (no Spark)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The stored definition (keys, the sequence's type, the SCD type, ``ignore_null_updates``)
 must match the declared one: the state means something else under another. Columns
-evolve as SEMANTICS.md allows: a batch may add nullable columns (they come last in the
+evolve as docs/semantics.md allows: a batch may add nullable columns (they come last in the
 stored order), leave stored columns out (they read NULL) and widen a type the way Delta
 can; anything else is refused, naming the column and the change. The value columns are
 the target's (the state table keeps none); ties compare them in the order the

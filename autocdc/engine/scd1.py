@@ -1,6 +1,6 @@
 """Reconcile one staged batch against the state of the keys it touches (SCD type 1).
 
-The fold of SEMANTICS.md, computed per key without replaying history:
+The fold of docs/semantics.md, computed per key without replaying history:
 
 * the winning upsert is the greatest ``(sequence, row)``: at equal sequence the greatest
   row wins, compared column by column in the declared tie order with NULL lowest (maps

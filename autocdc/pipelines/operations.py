@@ -1,5 +1,5 @@
 """``autocdc status`` and ``autocdc history``: what the runs did and how far behind each
-flow is, as JSON-ready dicts (keys documented in the README, stable for scripts) and as
+flow is, as JSON-ready dicts (keys documented in docs/operations.md, stable for scripts) and as
 compact tables for people.
 
 Everything comes from the event log except what must be current: the lag is computed

@@ -19,7 +19,7 @@ def customer_changes():
 
 dp.create_streaming_table("customers")
 # The change rows' `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` drive the flow: no
-# sequence_by or apply_as_deletes (see README, "BigQuery-style change rows").
+# sequence_by or apply_as_deletes (see docs/sources.md, "BigQuery-style change rows").
 dp.create_auto_cdc_flow(
     target="customers",
     source="customer_changes",

@@ -13,7 +13,7 @@ def product_changes():
 
 dp.create_streaming_table("products_history")
 # The change rows' `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` drive the flow: no
-# sequence_by or apply_as_deletes (see README, "BigQuery-style change rows").
+# sequence_by or apply_as_deletes (see docs/sources.md, "BigQuery-style change rows").
 dp.create_auto_cdc_flow(
     target="products_history",
     source="product_changes",
