@@ -160,6 +160,9 @@ def test_status_and_history_json(spark, ran, monkeypatch, capsys):
     assert [b["lag"]["files"] for b in history["batches"]] == [1, 0]
     assert history["batches"][0]["quarantined"] == 1
 
+    by_target = cli_json("history", f"{database}.latest", "--last", "2")  # its one flow
+    assert (by_target["flow"], by_target["batches"]) == ("latest", history["batches"])
+
     assert cli.main(["history", "nope", "--spec", str(spec)]) == 2
     assert "AUTOCDC_PIPELINE_UNKNOWN_FLOW" in capsys.readouterr().err
 
@@ -175,8 +178,9 @@ def test_status_and_history_tables(spark, ran, monkeypatch, capsys):
     assert cli.main(["history", "latest", "--spec", str(spec)]) == 0
     out = capsys.readouterr().out
     assert "flow latest" in out
-    assert [line.split()[0] for line in out.splitlines()[-3:]] == [
-        str(m.batch_id) for m in recorded
+    # Micro-batches by their query's number, then the engine's commit each left.
+    assert [line.split()[:2] for line in out.splitlines()[-3:]] == [
+        [str(i), str(m.batch_id)] for i, m in enumerate(recorded)
     ]
 
 
@@ -271,7 +275,7 @@ def test_progress_lines_and_live_table(capsys):
         plain.batch("orders", 7, rows=1200, seconds=2.0, lag=Lag(files=2, bytes=200))
         plain.stopped("orders", Lag(files=0, bytes=0))
     assert capsys.readouterr().out == (
-        "autocdc: flow orders: batch 7, 1 batches, 1,200 rows, 600 rows/s, "
+        "autocdc: flow orders: micro-batch 7; this run 1 micro-batch, 1,200 rows, 600 rows/s; "
         "lag 2 files (200 bytes)\n"
     )
 
@@ -293,7 +297,7 @@ def test_progress_lines_and_live_table(capsys):
         )
     )
     assert [line.split() for line in table.export_text().splitlines()] == [
-        ["flow", "state", "batch", "rows", "rows/s", "lag"],
+        ["flow", "state", "micro-batch", "rows", "rows/s", "lag"],
         ["orders", "running", "8", "900", "300", "1", "versions"],
         ["x", "running", "-", "0", "-", "-"],
         ["y", "running", "1", "5", "0.1", "-"],

@@ -109,8 +109,9 @@ class PipelineLockLostError(AutoCdcError):
 class UnknownFlowError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_UNKNOWN_FLOW"
     template = (
-        "The event log of pipeline `{pipeline}` has no batch of flow `{flow}` (flows with "
-        "batches: {known}). Check the name, or run the pipeline first."
+        "The event log of pipeline `{pipeline}` has no batch of flow `{flow}`, nor of one "
+        "flow into a target of that name (flows with batches: {known}). Check the name, or "
+        "run the pipeline first."
     )
 
 

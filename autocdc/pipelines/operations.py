@@ -164,7 +164,8 @@ def status(project: Project) -> dict[str, Any]:
 
 
 def history(project: Project, flow: str, last: int) -> dict[str, Any]:
-    """The last ``last`` batch events of ``flow``, oldest first."""
+    """The last ``last`` batch events of ``flow`` (or of the one flow into target
+    ``flow``, qualified or not), oldest first."""
     name = lake.literal(flow)
     rows = _events(
         project,
@@ -172,8 +173,13 @@ def history(project: Project, flow: str, last: int) -> dict[str, Any]:
         f"ORDER BY event_time DESC LIMIT {int(last)}",
     )
     if not rows:
-        named = _events(project, "SELECT DISTINCT flow FROM events WHERE event_type = 'batch'")
-        known = sorted(r["flow"] for r in named or [])
+        pairs = _events(
+            project, "SELECT DISTINCT flow, target FROM events WHERE event_type = 'batch'"
+        )
+        into = {r["flow"] for r in pairs or [] if flow in (r["target"], r["target"].split(".")[-1])}
+        if len(into) == 1:
+            return history(project, into.pop(), last)
+        known = sorted({r["flow"] for r in pairs or []})
         raise UnknownFlowError(pipeline=project.name, flow=flow, known=known or "none")
     return {
         "pipeline": project.name,
@@ -223,7 +229,7 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
         f"pipeline {doc['pipeline']}: last run {run['run_id']} {run['status']}{failed} "
         f"(started {_when(run['started'])} UTC, ended {_when(run['ended'])})"
     )
-    table = Table("flow", "target", "scd", "batch", "at (UTC)", "applied", "total", box=None)
+    table = Table("flow", "target", "scd", "micro-batch", "at (UTC)", "applied", "total", box=None)
     for name in ("live", "quarantined", "tombstones", "lag"):
         table.add_column(name)
     reasons = []
@@ -234,7 +240,7 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
             f["flow"],
             f["target"],
             _dash(f["scd_type"]),
-            _dash(last.get("batch_id")),
+            _dash(_number(last)),
             _when(last.get("time")),
             _dash(last.get("rows_applied")),
             str(f["rows_applied_total"]),
@@ -252,15 +258,25 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
         console.print(line)
 
 
+def _number(batch: dict[str, Any]) -> int | None:
+    """A micro-batch as people see it: its streaming query's number (from 0, over all
+    runs); a batch source's one batch has none, and shows its commit."""
+    return (
+        batch.get("batch_id") if batch.get("stream_batch_id") is None else batch["stream_batch_id"]
+    )
+
+
 def show_history(doc: dict[str, Any], console: Console) -> None:
+    """Micro-batches by their query's number; ``commit`` is the engine's id of the target
+    state the batch left (a batch that changed nothing commits nothing: the same id)."""
     console.print(f"flow {doc['flow']} of pipeline {doc['pipeline']}")
-    table = Table("batch", "stream", "at (UTC)", "rows in", "upserted", "deleted", box=None)
+    table = Table("micro-batch", "commit", "at (UTC)", "rows in", "upserted", "deleted", box=None)
     for name in ("quarantined", "stale", "seconds", "lag files", "run"):
         table.add_column(name)
     for b in doc["batches"]:
         table.add_row(
+            _dash(_number(b)),
             str(b["batch_id"]),
-            _dash(b["stream_batch_id"]),
             _when(b["time"]),
             str(b["rows_in"]),
             str(b["upserted"]),

@@ -50,17 +50,19 @@ def _rate(speed: float | None) -> str:
 
 
 def line(progress: FlowProgress) -> str:
-    """One plain progress line (without the ``autocdc:`` prefix)."""
+    """One plain progress line (without the ``autocdc:`` prefix): the flow's micro-batch
+    (as its streaming query numbers them, from 0 over all runs), this run's totals."""
     rate = f"{_rate(progress.rows_per_second)} rows/s"
+    count = f"{progress.batches} micro-batch{'es' if progress.batches != 1 else ''}"
     return (
-        f"flow {progress.flow}: batch {progress.last_batch}, {progress.batches} batches, "
-        f"{progress.rows:,} rows, {rate}, lag {describe_lag(progress.lag)}"
+        f"flow {progress.flow}: micro-batch {progress.last_batch}; this run {count}, "
+        f"{progress.rows:,} rows, {rate}; lag {describe_lag(progress.lag)}"
     )
 
 
 def render(flows: list[FlowProgress]) -> Table:
     """The live table: one row per flow of the run."""
-    table = Table("flow", "state", "batch", "rows", "rows/s", "lag", box=None)
+    table = Table("flow", "state", "micro-batch", "rows", "rows/s", "lag", box=None)
     for p in flows:
         table.add_row(
             p.flow,
@@ -98,9 +100,10 @@ class Progress:
         self.flows[flow] = FlowProgress(flow, lag=lag)
         self._show()
 
-    def batch(self, flow: str, batch_id: int, rows: int, seconds: float, lag: Lag | None) -> None:
+    def batch(self, flow: str, number: int, rows: int, seconds: float, lag: Lag | None) -> None:
+        """Micro-batch ``number`` of ``flow`` applied."""
         p = self.flows.setdefault(flow, FlowProgress(flow))
-        p.batches, p.last_batch, p.lag = p.batches + 1, batch_id, lag
+        p.batches, p.last_batch, p.lag = p.batches + 1, number, lag
         p.rows, p.seconds = p.rows + rows, p.seconds + seconds
         self._show()
         if self._display is None:

@@ -218,7 +218,9 @@ class Runner:
             lag=lag,
         )
         self._log(metrics)
-        self.progress.batch(flow, metrics.batch_id, metrics.rows_in, metrics.seconds, lag)
+        # The micro-batch as the user sees it (the query's); a batch source's is its commit.
+        number = metrics.batch_id if stream_batch_id is None else stream_batch_id
+        self.progress.batch(flow, number, metrics.rows_in, metrics.seconds, lag)
 
     def _apply(self, engine: AutoCdcFlow, df: DataFrame) -> BatchMetrics:
         try:
