@@ -18,7 +18,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT
 
 from autocdc.pipelines import cli, errors, project, runner, scaffold
-from autocdc.sources.errors import SnapshotLostError
+from autocdc.sources.errors import TableNotFoundError
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
 A = [Change(1, 2, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1)), Change(3, 5, DELETE)]
@@ -181,15 +181,15 @@ def test_change_data_feed_source_with_autocdc_dp(spark, tmp_path, database):
 
 
 # A source whose reader fails in a Python worker with an autocdc error (as the PostgreSQL
-# source's initial load does when its snapshot is gone).
+# source's reader does when a table it loads was dropped).
 FAILING_SOURCE = """
 from pyspark import pipelines as dp
 from pyspark.sql import functions as F
-from autocdc.sources.errors import SnapshotLostError
+from autocdc.sources.errors import TableNotFoundError
 
 @F.udf("int")
 def lost(id):
-    raise SnapshotLostError(slot="shop", snapshot="00000003-0000001B-1")
+    raise TableNotFoundError(table="public.gone_00000003")
 
 @dp.temporary_view
 def changes():
@@ -208,10 +208,10 @@ def test_an_autocdc_error_raised_in_a_python_worker_reaches_the_caller(spark, tm
     error itself, which the CLI prints in one line with exit status 2."""
     spec = write_project(tmp_path, database, {"feed.py": FAILING_SOURCE})
     drop(tmp_path, "1", A)
-    with pytest.raises(SnapshotLostError) as raised:
+    with pytest.raises(TableNotFoundError) as raised:
         run(spark, spec)
-    assert str(raised.value).startswith("[AUTOCDC_POSTGRES_SNAPSHOT_LOST] ")
-    assert "00000003-0000001B-1" in str(raised.value)
+    assert str(raised.value).startswith("[AUTOCDC_POSTGRES_TABLE_NOT_FOUND] ")
+    assert "public.gone_00000003" in str(raised.value)
     assert "Traceback" not in str(raised.value)
 
 

@@ -2,7 +2,8 @@
 
 The stream reader is driven here the way Spark drives it (latestOffset, partitions, read,
 commit), so a test can write to the database at the exact moments that matter: between
-the slot's creation and the initial load, and between a batch and its commit. The change
+the slot's creation and the initial load, between the load's batches, and between a batch
+and its commit. The change
 rows are then applied with AutoCdcFlow and the target compared with the source table.
 """
 
@@ -22,7 +23,6 @@ from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
 from autocdc.sources.errors import (
     NoPrimaryKeyError,
     ReplicaIdentityError,
-    SnapshotLostError,
     SourceOptionError,
     UnknownKeyColumnError,
 )
@@ -101,16 +101,22 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     )
     reader = _reader(pg, "load", items)
     start = reader.initialOffset()
-    end = reader.latestOffset(start, None)  # the slot and its snapshot exist from here
-    # Written while the initial load has not read the table yet: not in the snapshot,
-    # so they must come from the log (and only from it).
+    end = reader.latestOffset(start, None)  # the slot exists from here
+    # Written after the slot, before the load reads the table: whether the read sees them
+    # or not, those keys must come from the log (and only from it).
     pg.execute(f"UPDATE {items} SET quantity = 100 WHERE id = 1")
     pg.execute(f"DELETE FROM {items} WHERE id = 2")
     pg.execute(f"INSERT INTO {items} VALUES (7, 'sku-7', 7, 8.75)")
     snapshot = [row for part in reader.partitions(start, end) for row in reader.read(part)]
-    assert sorted(json.loads(r[3])["id"] for r in snapshot) == [1, 2, 3, 4, 5, 6]
-    assert {r[2] for r in snapshot} == {"0/0/0"}
+    assert sorted(json.loads(r[3])["id"] for r in snapshot) == [3, 4, 5, 6]
+    (sequence,) = {r[2] for r in snapshot}  # the watermark's, after every write above
+    assert "load" not in end  # one batch loaded the whole table
     reader.commit(end)
+    caught_up, end = _batch(reader, end)
+    assert sorted(json.loads(r[3])["id"] for r in caught_up) == [1, 2, 7]
+    assert all(_seq(r[2]) < _seq(sequence) for r in caught_up)
+    reader.commit(end)
+    snapshot += caught_up
 
     scd1 = autocdc.AutoCdcFlow(target=new_table("items"), keys=["id"])
     scd2 = autocdc.AutoCdcFlow(target=new_table("items_history"), keys=["id"], stored_as_scd_type=2)
@@ -173,22 +179,58 @@ def test_truncate_and_bad_changes(spark, pg, new_table):
     reader.stop()
 
 
-def test_an_interrupted_initial_load_says_how_to_recover(pg):
-    items, _ = _tables(pg, "lost")
-    pg.execute(f"INSERT INTO {items} VALUES (1, 'a', 1, 1)")
-    reader = _reader(pg, "lost", items)
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, None)
-    reader.stop()  # the process holding the snapshot is gone before the load committed
-    restarted = _reader(pg, "lost", items)
-    with pytest.raises(SnapshotLostError):
-        [row for part in restarted.partitions(start, end) for row in restarted.read(part)]
-    # A fresh start (full refresh) recreates the slot and loads again.
-    rows, fresh = _batch(restarted, restarted.initialOffset())
-    assert fresh["snapshot"] != end["snapshot"]
-    assert [json.loads(r[3])["id"] for r in rows] == [1]
-    restarted.commit(fresh)
-    restarted.stop()
+def _seq(sequence: str) -> tuple[int, ...]:
+    return tuple(int(part, 16) for part in sequence.split("/"))
+
+
+def test_an_initial_load_resumes_where_it_stopped(spark, pg, new_table):
+    """Key ranges of 4 rows, writes between every batch (behind, inside and ahead of the
+    load), a crash before each of two commits with more writes before the replay, a full
+    restart of the reader: the targets equal the table, the history its committed order."""
+    items, _ = _tables(pg, "resume")
+    pg.execute(f"INSERT INTO {items} SELECT g, 's' || g, g, g FROM generate_series(1, 14) g")
+    scd1 = autocdc.AutoCdcFlow(target=new_table("items"), keys=["id"])
+    scd2 = autocdc.AutoCdcFlow(target=new_table("items_history"), keys=["id"], stored_as_scd_type=2)
+    writes = iter(
+        [
+            f"UPDATE {items} SET quantity = 100 WHERE id IN (2, 13)",
+            f"DELETE FROM {items} WHERE id = 6; INSERT INTO {items} VALUES (20, 'n', 1, 1)",
+            f"UPDATE {items} SET sku = 'x' WHERE id = 5; UPDATE {items} SET id = 40 WHERE id = 9",
+            f"UPDATE {items} SET quantity = 7 WHERE id = 1; DELETE FROM {items} WHERE id = 12",
+        ]
+        + [f"UPDATE {items} SET quantity = quantity + 1 WHERE id = {k}" for k in (3, 7, 11, 14)]
+    )
+    reader = _reader(pg, "resume", items, load_batch_rows="4")
+    start, batches = reader.initialOffset(), 0
+    while True:
+        rows, end = _batch(reader, start)
+        pg.execute(next(writes, "SELECT 1"))
+        if batches in (1, 3):  # killed before the commit: a new process replays the batch
+            reader.stop()
+            pg.execute(next(writes, "SELECT 1"))
+            reader = _reader(pg, "resume", items, load_batch_rows="4")
+            rows = [row for part in reader.partitions(start, end) for row in reader.read(part)]
+        for flow in (scd1, scd2):
+            _apply(spark, flow, rows, items, ITEMS)
+        reader.commit(end)
+        batches += 1
+        if end == start:
+            break
+        start = end
+    assert batches >= 5  # 14 rows in ranges of 4, and a batch that finds nothing new
+    _assert_mirrors(spark, pg, scd1.target, items)
+    current = spark.table(scd2.target).where("__END_AT IS NULL").drop("__START_AT", "__END_AT")
+    assert_df_equality(current, spark.table(scd1.target), ignore_row_order=True)
+
+    def versions(key: int) -> list[tuple[str, int]]:
+        rows = spark.table(scd2.target).where(f"id = {key}").orderBy("__START_AT").collect()
+        return [(r.sku, r.quantity) for r in rows]
+
+    assert versions(2) == [("s2", 2), ("s2", 100)]  # loaded, then updated: nothing doubled
+    assert versions(13) == [("s13", 100)]  # updated before its range was read
+    # Changed after the slot, before its range was read: its history starts at the change.
+    assert versions(5) == [("x", 5)]
+    reader.stop()
 
 
 def test_a_row_reads_the_same_from_the_snapshot_and_from_the_log(spark, pg):

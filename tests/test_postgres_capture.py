@@ -1,8 +1,9 @@
 """The PostgreSQL example pipeline (pipelines/postgres) against a real server, end to end:
 concurrent writers run random INSERT/UPDATE/DELETE/TRUNCATE traffic while `autocdc run`
-loads the tables, streams the log, is killed with SIGKILL mid-traffic and restarted.
-Then every SCD type 1 target equals `SELECT *` of its table, and the SCD type 2 history
-of `items` is exactly the committed order of its changes (recorded by a trigger)."""
+loads 3,000 rows in batches of 250, is killed with SIGKILL twice at random moments of that
+initial load, and is restarted each time with no manual step. Then every SCD type 1
+target equals `SELECT *` of its table, and the SCD type 2 history of `items` is exactly
+the committed order of its changes (recorded by a trigger)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ BEGIN
 END $$;
 CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON items
   FOR EACH ROW EXECUTE FUNCTION audit();
-INSERT INTO customers SELECT g, 'c' || g, 'city' || g % 3 FROM generate_series(1, 20) g;
-INSERT INTO items SELECT g, 'init-' || g, g, g FROM generate_series(1, 20) g;
+INSERT INTO customers SELECT g, 'c' || g, 'city' || g % 3 FROM generate_series(1, 1500) g;
+INSERT INTO items SELECT g, 'init-' || g, g, g FROM generate_series(1, 1500) g;
 """
 
 
@@ -56,7 +57,8 @@ def _write(dsn: str, writer: int, stop: threading.Event, errors: list) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         while not stop.is_set():
             n += 1
-            key, sku = rng.randint(1, 40), f"w{writer}-{n}"
+            # Keys behind, inside and ahead of the initial load's ranges, and new ones.
+            key, sku = rng.randint(1, 1600), f"w{writer}-{n}"
             statements = {
                 "insert item": ("INSERT INTO items VALUES (%s, %s, %s, %s)", (key, sku, n, n)),
                 "update item": (
@@ -76,7 +78,7 @@ def _write(dsn: str, writer: int, stop: threading.Event, errors: list) -> None:
                     for _ in range(rng.randint(1, 3)):
                         sql, params = statements[rng.choice(list(statements))]
                         conn.execute(sql, params)
-                    if rng.random() < 0.01:
+                    if rng.random() < 0.0005:
                         conn.execute("TRUNCATE customers")
             except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
                 pass
@@ -89,6 +91,10 @@ def _write(dsn: str, writer: int, stop: threading.Event, errors: list) -> None:
 def _project(tmp_path: Path) -> Path:
     project = tmp_path / "postgres"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("storage", "warehouse"))
+    shop = project / "transformations" / "shop.py"
+    tables = '.option("tables", ",".join(SCHEMAS))'
+    assert tables in shop.read_text()
+    shop.write_text(shop.read_text().replace(tables, f'{tables}.option("load_batch_rows", 250)'))
     spec = project / "spark-pipeline.yml"
     settings = yaml.safe_load(spec.read_text())
     settings["configuration"].update(SUBPROCESS_CONF)
@@ -96,29 +102,39 @@ def _project(tmp_path: Path) -> Path:
     return spec
 
 
-def _run(spec: Path, dsn: str, kill_after_start: float | None = None) -> int:
+def _offsets(spec: Path) -> Path:
+    return spec.parent / "storage" / "checkpoints" / "shop_changes" / "offsets"
+
+
+def _run(spec: Path, dsn: str, kill_at: tuple[int, float] | None = None) -> int:
+    """One `autocdc run`; ``kill_at=(n, seconds)``: SIGKILL that long after the slot's
+    query planned its batch ``n`` (its offset is written before the batch runs)."""
     env = {**os.environ, "AUTOCDC_POSTGRES_DSN": dsn}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autocdc", "run", "--spec", str(spec)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if kill_after_start is not None and "datasets" in line:
-            # The pipeline is resolved: its first query reads the slot from here.
-            time.sleep(kill_after_start)
-            proc.send_signal(signal.SIGKILL)
-            break
-    proc.wait(timeout=600)
-    output = "".join(lines) + (proc.stdout.read() or "")
-    assert proc.returncode in (0, -signal.SIGKILL), output[-3000:]
+    log = spec.parent / "run.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autocdc", "run", "--spec", str(spec)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        while kill_at is not None and proc.poll() is None:
+            if (_offsets(spec) / str(kill_at[0])).exists():
+                time.sleep(kill_at[1])
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.1)
+        proc.wait(timeout=600)
+    assert proc.returncode in (0, -signal.SIGKILL), log.read_text()[-3000:]
     return proc.returncode
+
+
+def _loading(spec: Path) -> bool:
+    """Whether the newest planned batch of the slot's query is one of the initial load."""
+    planned = [f for f in _offsets(spec).iterdir() if f.name.isdigit()]
+    newest = max(planned, key=lambda f: int(f.name))
+    return '"load"' in newest.read_text().splitlines()[-1]
 
 
 Version = tuple[str, int, bool]  # sku, quantity, still current
@@ -157,14 +173,22 @@ def test_capture_killed_mid_traffic_mirrors_the_database(spark, tmp_path):
         ]
         for writer in writers:
             writer.start()
-        story = [_run(spec, server.dsn)]  # the initial load, with writes going on
-        story.append(_run(spec, server.dsn, kill_after_start=random.Random(SEED).uniform(2, 8)))
+        # Killed twice in the initial load (at least 6 batches of 250 rows), with writes
+        # going on; then a restart finishes it and streams, and a last run catches up.
+        kills = random.Random(SEED)
+        first = kills.randint(1, 3)
+        story = [_run(spec, server.dsn, kill_at=(first, kills.uniform(0, 2)))]
+        assert _loading(spec)
+        second = first + kills.randint(1, 2)
+        story.append(_run(spec, server.dsn, kill_at=(second, kills.uniform(0, 2))))
+        assert _loading(spec)
+        story.append(_run(spec, server.dsn))
         stop.set()
         for writer in writers:
             writer.join()
         assert not errors, errors
         story.append(_run(spec, server.dsn))
-        assert story == [0, -signal.SIGKILL, 0]
+        assert story == [-signal.SIGKILL, -signal.SIGKILL, 0, 0]
 
         warehouse = spec.parent / "warehouse"
         for table, schema in (("customers", CUSTOMERS), ("items", ITEMS)):

@@ -44,13 +44,3 @@ class ReplicaIdentityError(AutoCdcError):
 class UnknownKeyColumnError(AutoCdcError):
     error_class = "AUTOCDC_POSTGRES_UNKNOWN_KEY_COLUMN"
     template = "Option `keys.{table}` names {columns}, which {table} does not have ({available})."
-
-
-class SnapshotLostError(AutoCdcError):
-    error_class = "AUTOCDC_POSTGRES_SNAPSHOT_LOST"
-    template = (
-        "The initial load from slot '{slot}' was interrupted before it committed, and the "
-        "snapshot it read ({snapshot}) ended with the process that exported it. Load again: "
-        "a full refresh of the table reading the slot (autocdc run --full-refresh NAME, or a "
-        "new checkpoint) recreates the slot and takes a new snapshot."
-    )

@@ -8,7 +8,8 @@ own table with its own schema (:func:`autocdc.sources.postgres.postgres_table`).
 
 The sequence is ``<commit LSN>/<position in the transaction>`` in hex sections: ordered
 section by section as numbers it is exactly the order PostgreSQL committed the changes
-in. Snapshot rows of the initial load get ``0/0/0``, below every streamed change.
+in. A row of the initial load gets ``<high watermark>/0``: after every change its read
+saw, before every change it could not see (see ``postgres``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ CHANGES_SCHEMA = (
     "table STRING, _CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, data STRING, "
     "lsn STRING, xid BIGINT, _corrupt_record STRING"
 )
-SNAPSHOT_SEQUENCE = "0/0/0"
 
 ChangeRow = tuple[str | None, str | None, str | None, str | None, str, int | None, str | None]
 
@@ -80,13 +80,24 @@ class Unreadable(Exception):
     reason: str
 
 
-def snapshot_row(table: str, lsn: str, names: Sequence[str], values, oids) -> ChangeRow:
+def snapshot_row(
+    table: str, sequence: str, lsn: str, names: Sequence[str], values, oids
+) -> ChangeRow:
     try:
         payload = json_object(names, values, oids)
     except Unreadable as bad:  # quarantined by the table's flows, with the row's text
         raw = json.dumps({"reason": bad.reason, "row": dict(zip(names, values, strict=True))})
         return (table, None, None, None, lsn, None, raw)
-    return (table, UPSERT, SNAPSHOT_SEQUENCE, payload, lsn, None, None)
+    return (table, UPSERT, sequence, payload, lsn, None, None)
+
+
+def key_of(row: ChangeRow, keys: Sequence[str]) -> tuple | None:
+    """The key a change row sets or deletes, comparable across the snapshot and the log
+    (both payloads come from :func:`json_value`); None for a row that could not be read."""
+    if row[3] is None or row[1] == TRUNCATE:
+        return None
+    values = json.loads(row[3], parse_float=str, parse_int=str)
+    return tuple(values[k] for k in keys)
 
 
 class ChangeDecoder:
@@ -95,11 +106,23 @@ class ChangeDecoder:
     ``keys``: each table's key columns. ``start``/``end``: only transactions whose commit
     LSN is in ``[start, end)`` become rows (a peek starts where the slot was last advanced,
     which can be before ``start`` if a crash came between a batch and its commit).
+    ``watched``: tables whose keys every decoded transaction touched are noted in
+    :attr:`touched` (and truncates in :attr:`truncated`), inside the range or not: what an
+    initial-load read must not vouch for.
     """
 
-    def __init__(self, keys: Mapping[str, Sequence[str]], start: int, end: int) -> None:
+    def __init__(
+        self,
+        keys: Mapping[str, Sequence[str]],
+        start: int,
+        end: int,
+        watched: frozenset[str] = frozenset(),
+    ) -> None:
         self.keys = keys
         self.start, self.end = start, end
+        self.watched = watched
+        self.touched: dict[str, set[tuple]] = {table: set() for table in watched}
+        self.truncated: set[str] = set()
         self.relations: dict[int, pg.Relation] = {}
         self.begin: pg.Begin | None = None
         self.position = 0
@@ -116,11 +139,23 @@ class ChangeDecoder:
             self.begin, self.position = message, 0
         elif isinstance(message, pg.Commit):
             self.begin = None
-        elif message is not None and self._wanted():
-            yield from self._changes(message, lsn, data)
+        elif message is not None and self.begin is not None:
+            wanted = self.start <= self.begin.commit_lsn < self.end
+            if wanted or self.watched:
+                for row in self._changes(message, lsn, data):
+                    self._note(row)
+                    if wanted:
+                        yield row
 
-    def _wanted(self) -> bool:
-        return self.begin is not None and self.start <= self.begin.commit_lsn < self.end
+    def _note(self, row: ChangeRow) -> None:
+        table = row[0]
+        if table not in self.watched:
+            return
+        if row[1] == TRUNCATE:
+            self.truncated.add(table)
+        key = key_of(row, self.keys[table])
+        if key is not None:
+            self.touched[table].add(key)
 
     def _sequence(self) -> str:
         assert self.begin is not None

@@ -3,14 +3,23 @@
 ``spark.readStream.format("postgres_cdc")`` with options ``dsn`` (libpq connection string),
 ``tables`` (comma-separated, ``schema.table`` or ``table`` for ``public``), ``slot``
 (default ``autocdc``), ``publication`` (default: the slot's name; created for the tables
-when missing) and ``keys.<schema.table>`` for a table without a primary key.
+when missing), ``keys.<schema.table>`` for a table without a primary key and
+``load_batch_rows`` (rows of the initial load per micro-batch, default 100000).
 
-Offsets are LSNs. The first batch is the initial load: the slot is created with an
-exported snapshot, and every table is read as of that snapshot (sequence ``0/0/0``, below
-every streamed change). Each later batch peeks the changes of the transactions that
-committed in ``[start, end)`` without consuming them; :meth:`commit`, called by Spark only
-after the batch is written, advances the slot. A crash therefore replays a batch, never
-loses one. One streaming query reads one slot: to feed several targets, append the
+Offsets are LSNs, and while the initial load runs, how far it got (a table and the last
+key loaded). The first batch creates the slot (or reuses the one a killed start left);
+from then on every batch peeks the changes of the transactions that committed in
+``[start, end)`` without consuming them, and :meth:`commit`, called by Spark only after the
+batch is written, advances the slot. A crash therefore replays a batch, never loses one.
+
+The initial load is a chunked backfill interleaved with the log (as Netflix's DBLog and
+Debezium's incremental snapshots): each batch also reads the next key range of a table,
+then writes a watermark to the log (a flushed logical message) and peeks up to it. A key the
+log touched between where the slot stands and the watermark is dropped from the read: the
+log carries its value. The other rows are upserts at the watermark's sequence, which is
+after every change the read saw and before every change it did not. So a restart, at any
+point, only re-reads a range: no exported snapshot to lose, no full refresh, nothing
+applied twice. One streaming query reads one slot: to feed several targets, append the
 changes to a table and have each flow read its own table's rows from it
 (:func:`postgres_table`).
 """
@@ -19,11 +28,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from autocdc.sources import pgchanges
@@ -31,7 +41,6 @@ from autocdc.sources import pgoutput as pg
 from autocdc.sources.errors import (
     NoPrimaryKeyError,
     ReplicaIdentityError,
-    SnapshotLostError,
     SourceOptionError,
     TableNotFoundError,
     UnknownKeyColumnError,
@@ -45,6 +54,7 @@ _PEEK = (
     "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)"
 )
 _COMMIT_ATTEMPTS = 10
+LOAD_BATCH_ROWS = 100_000  # held in memory by the batch's reader until its watermark
 # The settings that shape a value's text, fixed for every connection (the snapshot's
 # ::text and the log's values are rendered by the reading session): whatever the server's
 # or the role's defaults, a value reads the same, in the form from_json types back.
@@ -87,6 +97,7 @@ class Config:
     publication: str
     tables: tuple[str, ...]
     keys: tuple[tuple[str, tuple[str, ...]], ...]  # resolved against the catalog
+    load_batch_rows: int = LOAD_BATCH_ROWS
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> Config:
@@ -113,7 +124,16 @@ class Config:
             for k, v in options.items()
             if k.lower().startswith("keys.")
         }
-        config = cls(dsn, slot, options.get("publication", slot), tables, ())
+        rows = options.get("load_batch_rows", str(LOAD_BATCH_ROWS))
+        if not rows.isdigit() or int(rows) < 1:
+            raise SourceOptionError(
+                option="load_batch_rows",
+                source=NAME,
+                problem=f"is {rows!r}",
+                fix="Give the number of rows the initial load reads per micro-batch, e.g. "
+                f"'{LOAD_BATCH_ROWS}'.",
+            )
+        config = cls(dsn, slot, options.get("publication", slot), tables, (), int(rows))
         return config.with_keys(given)
 
     def with_keys(self, given: dict[str, tuple[str, ...]]) -> Config:
@@ -125,7 +145,7 @@ class Config:
                 raise WalLevelError(level=level)
             for table in self.tables:
                 keys.append((table, self._key(conn, table, given.get(table))))
-        return Config(self.dsn, self.slot, self.publication, self.tables, tuple(keys))
+        return replace(self, keys=tuple(keys))
 
     @staticmethod
     def _key(conn, table: str, given: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -166,12 +186,7 @@ class Config:
         return given
 
 
-@dataclass(frozen=True)
-class SnapshotPartition(InputPartition):
-    config: Config
-    table: str
-    snapshot: str
-    lsn: str
+Range = tuple[str, tuple[str, ...] | None, tuple[str, ...] | None]  # table, after, up to
 
 
 @dataclass(frozen=True)
@@ -179,6 +194,7 @@ class StreamPartition(InputPartition):
     config: Config
     start: str
     end: str
+    load: tuple[Range, ...] = ()  # key ranges of the initial load read with this batch
 
 
 class PostgresSource(DataSource):
@@ -195,73 +211,94 @@ class PostgresSource(DataSource):
         return PostgresStreamReader(Config.parse(dict(self.options)))
 
 
-class PostgresStreamReader(DataSourceStreamReader):
+class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._exporter = None  # the replication connection holding the initial snapshot
-        self._initial: dict | None = None
+        self._target: int | None = None  # availableNow: read no change after this LSN
+        self._opened = False  # publication (and, at the start, the slot) checked
 
     def initialOffset(self) -> dict:
         return dict(START)
 
-    def latestOffset(self, start: dict, limit: object = None) -> dict:
-        if start == START:
-            if self._initial is None:
-                self._initial = self._create_slot()
-            return self._initial
+    def prepareForTriggerAvailableNow(self) -> None:
         with _connect(self.config.dsn, autocommit=True) as conn:
-            flush = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
-        if pg.parse_lsn(flush) <= pg.parse_lsn(start["lsn"]):
-            return start
-        return {"lsn": flush}
+            self._target = pg.parse_lsn(_flush_lsn(conn))
 
-    def _create_slot(self) -> dict:
-        """A new slot and the snapshot its changes start after. A slot left by an earlier
-        start of this query (no batch committed) has no snapshot to go with: recreated."""
+    def latestOffset(self, start: dict, limit: object = None) -> dict:
+        with _connect(self.config.dsn, autocommit=True) as conn:
+            if not self._opened:
+                self._open_slot(conn, create=start == START)
+                self._opened = True
+            flush = pg.parse_lsn(_flush_lsn(conn))
+            if self._target is not None:
+                flush = min(flush, self._target)
+            lsn = {"lsn": pg.format_lsn(max(flush, pg.parse_lsn(start["lsn"])))}
+            position = _load_position(self.config, start)
+            if position is None:
+                return start if lsn["lsn"] == start["lsn"] else lsn
+            return {**lsn, **self._plan_load(conn, *position)}
+
+    def _plan_load(self, conn, table: str, after: tuple[str, ...] | None) -> dict:
+        """Where the next batch's load ends: ``load_batch_rows`` rows on, across the ends of
+        tables; no ``load`` when the rest of the last table fits."""
+        budget, tables = self.config.load_batch_rows, self.config.tables
+        while True:
+            upto, left = _nth_key(conn, self.config, table, after, budget)
+            if upto is not None:
+                return {"load": {"table": table, "after": list(upto)}}
+            following = tables.index(table) + 1
+            if following == len(tables):
+                return {}
+            table, after, budget = tables[following], None, max(budget - left, 1)
+
+    def _open_slot(self, conn, create: bool) -> None:
+        """The publication, with a table added to ``tables`` since; at the query's start,
+        the slot. Both are kept when they exist: a slot left by a start that was killed, or
+        by the checkpoint a full refresh dropped, still holds every change since it was
+        created or last advanced, and the load that follows reads the tables anew."""
         cfg = self.config
-        with _connect(cfg.dsn, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s",
-                (cfg.slot,),
+        published = {
+            f"{s}.{t}"
+            for s, t in conn.execute(
+                "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                (cfg.publication,),
             )
-            published = {
-                f"{s}.{t}"
-                for s, t in conn.execute(
-                    "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
-                    (cfg.publication,),
-                )
-            }
-            exists = conn.execute(
-                "SELECT 1 FROM pg_publication WHERE pubname = %s", (cfg.publication,)
-            ).fetchone()
-            missing = ", ".join(_quoted(t) for t in cfg.tables if t not in published)
-            if not exists:
-                conn.execute(f'CREATE PUBLICATION "{cfg.publication}" FOR TABLE {missing}')
-            elif missing:
-                conn.execute(f'ALTER PUBLICATION "{cfg.publication}" ADD TABLE {missing}')
-        self._exporter = _connect(cfg.dsn, autocommit=True, replication="database")
-        result = self._exporter.pgconn.exec_(
-            f'CREATE_REPLICATION_SLOT "{cfg.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'.encode()
-        )
-        if result.error_message:
-            raise RuntimeError(result.error_message.decode())
-        lsn, snapshot = result.get_value(0, 1).decode(), result.get_value(0, 2).decode()
-        return {"lsn": lsn, "snapshot": snapshot}
+        }
+        exists = conn.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (cfg.publication,)
+        ).fetchone()
+        missing = ", ".join(_quoted(t) for t in cfg.tables if t not in published)
+        if not exists:
+            conn.execute(f'CREATE PUBLICATION "{cfg.publication}" FOR TABLE {missing}')
+        elif missing:
+            conn.execute(f'ALTER PUBLICATION "{cfg.publication}" ADD TABLE {missing}')
+        if not create:
+            return
+        slot = conn.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot,)
+        ).fetchone()
+        if slot is not None and slot[0] == "lost":  # its WAL is gone: it can only restart
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot,))
+        if slot is None or slot[0] == "lost":
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (cfg.slot,))
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if start == START:
-            return [
-                SnapshotPartition(self.config, table, end["snapshot"], end["lsn"])
-                for table in self.config.tables
-            ]
-        return [StreamPartition(self.config, start["lsn"], end["lsn"])]
+        """One partition: a slot has one reader. It carries the key ranges of the load from
+        ``start``'s position to ``end``'s (the tables between them whole)."""
+        first, last = _load_position(self.config, start), _load_position(self.config, end)
+        tables, ranges = self.config.tables, []
+        if first is not None:
+            # A position with no key begins its table: the ranges before it end there.
+            stop = len(tables) if last is None else tables.index(last[0]) + (last[1] is not None)
+            for table in tables[tables.index(first[0]) : stop]:
+                after = first[1] if table == first[0] else None
+                upto = last[1] if last is not None and table == last[0] else None
+                ranges.append((table, after, upto))
+        return [StreamPartition(self.config, start["lsn"], end["lsn"], tuple(ranges))]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        if isinstance(partition, SnapshotPartition):
-            return _read_snapshot(partition)
         assert isinstance(partition, StreamPartition)
-        return _read_stream(partition)
+        return _read(partition)
 
     def commit(self, end: dict) -> None:
         """Acknowledge: the slot may free the WAL before ``end``. Retried while a reader
@@ -280,52 +317,144 @@ class PostgresStreamReader(DataSourceStreamReader):
                 if attempt == _COMMIT_ATTEMPTS - 1:
                     raise
                 time.sleep(0.5 * (attempt + 1))
-        if "snapshot" in end:
-            self._close_exporter()
-
-    def stop(self) -> None:
-        self._close_exporter()
-
-    def _close_exporter(self) -> None:
-        if self._exporter is not None:
-            self._exporter.close()
-            self._exporter = None
 
 
-def _read_snapshot(part: SnapshotPartition) -> Iterator[tuple]:
+def _flush_lsn(conn) -> str:
+    return conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
+
+
+def _load_position(config: Config, offset: dict) -> tuple[str, tuple[str, ...] | None] | None:
+    """Where the initial load goes on from: a table and the last key loaded, or None when
+    it is done. (An offset of the format before, with an exported ``snapshot``, has no
+    ``load``: a batch that ends at one and is replayed loads every table.)"""
+    if offset == START:
+        return config.tables[0], None
+    load = offset.get("load")
+    if load is None or load["table"] not in config.tables:
+        return None
+    return load["table"], tuple(load["after"]) if load["after"] is not None else None
+
+
+def _key_columns(conn, config: Config, table: str) -> list[tuple[str, str]]:
+    """The table's key columns and their SQL types, to compare keys as the index does."""
+    keys = dict(config.keys)[table]
+    types = dict(
+        conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+            (_quoted(table),),
+        ).fetchall()
+    )
+    return [(k, types[k]) for k in keys]
+
+
+def _after(columns: list[tuple[str, str]], key: tuple[str, ...], op: str) -> tuple[str, list]:
+    names = ", ".join(f'"{k}"' for k, _ in columns)
+    values = ", ".join(f"%s::{t}" for _, t in columns)
+    return f"({names}) {op} ({values})", list(key)
+
+
+def _nth_key(
+    conn, config: Config, table: str, after: tuple[str, ...] | None, n: int
+) -> tuple[tuple[str, ...] | None, int]:
+    """The ``n``-th key after ``after`` in key order (where the next range ends), or None
+    and how many rows are left when there are fewer: the range is the rest of the table."""
+    columns = _key_columns(conn, config, table)
+    where, params = _after(columns, after, ">") if after is not None else ("true", [])
+    order = ", ".join(f'"{k}"' for k, _ in columns)
+    # Aliased: ORDER BY "id" would sort by the output column, the text.
+    texts = ", ".join(f'"{k}"::text AS _key{i}' for i, (k, _) in enumerate(columns))
+    rest = f"SELECT {texts} FROM {_quoted(table)} WHERE {where} ORDER BY {order}"
+    found = conn.execute(f"{rest} OFFSET {n - 1} LIMIT 1", params).fetchone()
+    if found is not None:
+        return tuple(found), n
+    left = conn.execute(f"SELECT count(*) FROM ({rest}) AS rest", params).fetchone()[0]
+    return None, left
+
+
+def _read(part: StreamPartition) -> Iterator[tuple]:
+    """The log's changes in ``[start, end)``, then the rows of the load's ranges that the
+    log did not touch up to the watermark written after reading them."""
+    cfg = part.config
+    loaded = [_read_range(cfg, *r) for r in part.load]
+    with _connect(cfg.dsn) as conn:
+        upto = part.end
+        if part.load:
+            with conn.transaction():  # flushed at commit, with every change before it
+                conn.execute("SET LOCAL synchronous_commit = on")
+                upto = conn.execute(
+                    "SELECT pg_logical_emit_message(true, 'autocdc', 'load')::text"
+                ).fetchone()[0]
+        watched = frozenset(r[0] for r in part.load)
+        decoder = pgchanges.ChangeDecoder(
+            dict(cfg.keys), pg.parse_lsn(part.start), pg.parse_lsn(part.end), watched
+        )
+        high = max(pg.parse_lsn(upto), pg.parse_lsn(part.end))
+        for lsn, data in _peek(conn, cfg, pg.format_lsn(high)):
+            yield from decoder.feed(lsn, data)
+    sequence = f"{pg.format_lsn(high)}/0"
+    for (table, _, _), (names, oids, rows) in zip(part.load, loaded, strict=True):
+        if table in decoder.truncated:
+            continue  # every row it read is gone or came back through the log
+        keys = dict(cfg.keys)[table]
+        for values in rows:
+            row = pgchanges.snapshot_row(table, sequence, upto, names, values, oids)
+            if pgchanges.key_of(row, keys) not in decoder.touched[table]:
+                yield row
+
+
+def _peek(conn, cfg: Config, upto: str) -> Iterator[tuple[str, bytes]]:
+    """The slot's changes up to ``upto``, streamed. Retried while the slot is still held by
+    the server process of a reader that was killed (it lets go when it notices)."""
     import psycopg
 
-    with _connect(part.config.dsn) as conn:
-        # The transaction psycopg begins: importing a snapshot must be its first statement.
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
+    for attempt in range(_COMMIT_ATTEMPTS):
+        cursor = conn.cursor(name="autocdc_peek")
         try:
-            conn.execute(f"SET TRANSACTION SNAPSHOT '{part.snapshot}'")
-        except psycopg.Error as error:
-            raise SnapshotLostError(slot=part.config.slot, snapshot=part.snapshot) from error
+            cursor.execute(_PEEK, (cfg.slot, upto, cfg.publication))
+            first = cursor.fetchmany(1000)  # the slot is taken here, or refused
+        except psycopg.errors.ObjectInUse:
+            cursor.close()
+            conn.rollback()
+            if attempt == _COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+            continue
+        with cursor:
+            yield from first
+            yield from cursor
+        return
+
+
+def _read_range(config: Config, table: str, after, upto) -> tuple[list, list, list]:
+    """One key range of a table, as text (``TEXT_SETTINGS``), in one statement's snapshot.
+    The range that ends a table also takes rows with a NULL key (quarantined by the flow)."""
+    with _connect(config.dsn) as conn:
+        conn.read_only = True
         columns = conn.execute(
             "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass "
             "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (_quoted(part.table),),
+            (_quoted(table),),
         ).fetchall()
-        names = [c[0] for c in columns]
-        oids = [c[1] for c in columns]
-        texts = ", ".join(f'"{n}"::text' for n in names)
-        with conn.cursor(name="autocdc_snapshot") as cursor:
-            cursor.execute(f"SELECT {texts} FROM {_quoted(part.table)}")
-            for values in cursor:
-                yield pgchanges.snapshot_row(part.table, part.lsn, names, values, oids)
-
-
-def _read_stream(part: StreamPartition) -> Iterator[tuple]:
-    cfg = part.config
-    decoder = pgchanges.ChangeDecoder(
-        dict(cfg.keys), pg.parse_lsn(part.start), pg.parse_lsn(part.end)
-    )
-    with _connect(cfg.dsn) as conn, conn.cursor(name="autocdc_peek") as cursor:
-        cursor.execute(_PEEK, (cfg.slot, part.end, cfg.publication))
-        for lsn, data in cursor:
-            yield from decoder.feed(lsn, data)
+        key = _key_columns(conn, config, table)
+        where, params = ["true"], []
+        if after is not None:
+            clause, values = _after(key, after, ">")
+            where.append(clause)
+            params += values
+        if upto is not None:
+            clause, values = _after(key, upto, "<=")
+            where.append(clause)
+            params += values
+        predicate = " AND ".join(where)
+        if upto is None:
+            nulls = " OR ".join(f'"{k}" IS NULL' for k, _ in key)
+            predicate = f"({predicate}) OR {nulls}"
+        texts = ", ".join(f'"{name}"::text' for name, _ in columns)
+        with conn.cursor(name="autocdc_load") as cursor:
+            cursor.execute(f"SELECT {texts} FROM {_quoted(table)} WHERE {predicate}", params)
+            rows = cursor.fetchall()
+    return [c[0] for c in columns], [c[1] for c in columns], rows
 
 
 def postgres_table(changes: DataFrame, table: str, schema: str | StructType) -> DataFrame:
