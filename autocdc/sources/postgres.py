@@ -233,23 +233,25 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None:
                 flush = min(flush, self._target)
             lsn = {"lsn": pg.format_lsn(max(flush, pg.parse_lsn(start["lsn"])))}
+            order = _order(self.config, start)
             position = _load_position(self.config, start)
             if position is None:
-                return start if lsn["lsn"] == start["lsn"] else lsn
-            return {**lsn, **self._plan_load(conn, *position)}
+                done = {**lsn, "tables": order}
+                return start if done == start else done
+            return {**lsn, "tables": order, **self._plan_load(conn, order, *position)}
 
-    def _plan_load(self, conn, table: str, after: tuple[str, ...] | None) -> dict:
+    def _plan_load(self, conn, order: list[str], table: str, after) -> dict:
         """Where the next batch's load ends: ``load_batch_rows`` rows on, across the ends of
         tables; no ``load`` when the rest of the last table fits."""
-        budget, tables = self.config.load_batch_rows, self.config.tables
+        budget = self.config.load_batch_rows
         while True:
             upto, left = _nth_key(conn, self.config, table, after, budget)
             if upto is not None:
                 return {"load": {"table": table, "after": list(upto)}}
-            following = tables.index(table) + 1
-            if following == len(tables):
+            following = order.index(table) + 1
+            if following == len(order):
                 return {}
-            table, after, budget = tables[following], None, max(budget - left, 1)
+            table, after, budget = order[following], None, max(budget - left, 1)
 
     def _open_slot(self, conn, create: bool) -> None:
         """The publication, with a table added to ``tables`` since; at the query's start,
@@ -286,8 +288,8 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One partition: a slot has one reader. It carries the key ranges of the load from
         ``start``'s position to ``end``'s (the tables between them whole)."""
         first, last = _load_position(self.config, start), _load_position(self.config, end)
-        tables, ranges = self.config.tables, []
-        if first is not None:
+        tables, ranges = _order(self.config, end), []
+        if first is not None and first[0] in tables:
             # A position with no key begins its table: the ranges before it end there.
             stop = len(tables) if last is None else tables.index(last[0]) + (last[1] is not None)
             for table in tables[tables.index(first[0]) : stop]:
@@ -323,16 +325,32 @@ def _flush_lsn(conn) -> str:
     return conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
 
 
+def _order(config: Config, offset: dict) -> list[str]:
+    """The tables in the order the load takes them: those an offset planned (its
+    ``tables``), then those added to the option since; none that it no longer names."""
+    known = [] if offset == START else offset.get("tables", list(config.tables))
+    added = [t for t in config.tables if t not in known]
+    return [t for t in known if t in config.tables] + added
+
+
 def _load_position(config: Config, offset: dict) -> tuple[str, tuple[str, ...] | None] | None:
     """Where the initial load goes on from: a table and the last key loaded, or None when
-    it is done. (An offset of the format before, with an exported ``snapshot``, has no
-    ``load``: a batch that ends at one and is replayed loads every table.)"""
+    every table is loaded. A table added to the option since is loaded next; one it no
+    longer names is not. (An offset of the format before, with an exported ``snapshot``,
+    has no ``load``: a batch that ends at one and is replayed loads every table.)"""
+    order = _order(config, offset)
     if offset == START:
-        return config.tables[0], None
+        return order[0], None
     load = offset.get("load")
-    if load is None or load["table"] not in config.tables:
-        return None
-    return load["table"], tuple(load["after"]) if load["after"] is not None else None
+    if load is not None and load["table"] in order:
+        return load["table"], tuple(load["after"]) if load["after"] is not None else None
+    known = offset.get("tables", list(config.tables))
+    if load is not None:  # its table was taken out of the option: on with the next
+        following = [t for t in known[known.index(load["table"]) + 1 :] if t in order]
+        if following:
+            return following[0], None
+    added = [t for t in order if t not in known]
+    return (added[0], None) if added else None
 
 
 def _key_columns(conn, config: Config, table: str) -> list[tuple[str, str]]:
