@@ -135,6 +135,70 @@ def test_python_and_sql_flows_over_several_runs(spark, tmp_path, database):
     assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
 
 
+TWO_PRODUCERS = """
+from autocdc import pipelines as dp
+
+@dp.temporary_view
+def orders():
+    return spark.readStream.schema("{feed}").json("{data}")
+
+@dp.temporary_view
+def backfill():  # another producer: its own columns for the sequence and the delete
+    return spark.readStream.schema("id INT, a STRING, b INT, kind STRING, n BIGINT").json(
+        "{data}2"
+    )
+
+for scd_type, target in ((1, "latest"), (2, "history")):
+    dp.create_streaming_table(target)
+    dp.create_auto_cdc_flow(
+        target=target, source="orders", name=f"{{target}}_orders", keys=["id"],
+        sequence_by="seq", apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
+        stored_as_scd_type=scd_type,
+    )
+    dp.create_auto_cdc_flow(
+        target=target, source="backfill", name=f"{{target}}_backfill", keys=["id"],
+        sequence_by="n", apply_as_deletes="kind = 'D'", column_list=["id", "a", "b"],
+        stored_as_scd_type=scd_type,
+    )
+"""
+
+
+def _drop_backfill(root: Path, name: str, changes: list[Change]) -> None:
+    (root / "data2").mkdir(exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "id": c.key,
+                "a": (c.values or (None, None))[0],
+                "b": (c.values or (None, None))[1],
+                "kind": c.op,
+                "n": c.seq,
+            }
+        )
+        for c in changes
+    ]
+    (root / "data2" / f"{name}.json").write_text("\n".join(lines) + "\n")
+
+
+def test_two_flows_from_two_producers_into_one_target(spark, tmp_path, database):
+    """Each flow with its own source, sequence column, delete condition and column
+    selection, over three runs: each target is the fold of the union of both feeds."""
+    spec = write_project(tmp_path, database, {"flows.py": TWO_PRODUCERS})
+    drop(tmp_path, "1", A)
+    _drop_backfill(tmp_path, "1", B)
+    run(spark, spec)
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B)
+    drop(tmp_path, "2", C)
+    run(spark, spec)
+    _drop_backfill(tmp_path, "2", A + C)  # a replay of the other producer's changes
+    run(spark, spec)
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B + C)
+    assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
+    tables = {t.name for t in spark.catalog.listTables(database) if not t.isTemporary}
+    assert "latest__autocdc_state" in tables  # one state per target, shared by its flows
+    assert not [t for t in tables if "orders" in t or "backfill" in t]
+
+
 AUTOCDC_CDF = """
 from autocdc import pipelines as dp
 
@@ -279,6 +343,14 @@ BAD = {
             "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM(changes) KEYS (idd) SEQUENCE BY seq;",
         },
     ),
+    "flows_disagree": (
+        errors.FlowsDisagreeError,
+        {
+            "feed.py": PYSPARK_SCD1,
+            "more.sql": "CREATE FLOW backfill AS AUTO CDC INTO latest FROM STREAM(changes) "
+            "KEYS (id, a) SEQUENCE BY seq COLUMNS * EXCEPT (op, seq);",
+        },
+    ),
     "scd2_of_pyspark_dp": (
         errors.PipelineDefinitionError,
         {
@@ -302,6 +374,9 @@ def test_bad_definitions_are_refused_before_anything_runs(spark, tmp_path, datab
         run(spark, spec)
     if case == "unknown_key":
         assert "AUTOCDC_UNKNOWN_COLUMN" in str(raised.value)
+    if case == "flows_disagree":
+        assert raised.value.params["field"] == "keys"
+        assert (raised.value.params["flow"], raised.value.params["other"]) == ("backfill", "latest")
     if case == "scd2_of_pyspark_dp":
         assert raised.value.params["where"].endswith("cdc.py:4")
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []

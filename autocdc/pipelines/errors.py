@@ -47,6 +47,15 @@ class NotAStreamingTableError(AutoCdcError):
     )
 
 
+class FlowsDisagreeError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_FLOWS_DISAGREE"
+    template = (
+        "{where}: AUTO CDC flow `{flow}` writes into `{target}` with {field}={value}, but "
+        "flow `{other}` ({first}) writes into it with {field}={other_value}. Flows into one "
+        "target share its state: give them the same {field}, or write into separate targets."
+    )
+
+
 class BatchQueryForStreamingTableError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_BATCH_QUERY_FOR_STREAMING_TABLE"
     template = (

@@ -28,6 +28,7 @@ from autocdc.pipelines.errors import (
     CycleError,
     DatasetNotFoundError,
     FlowAnalysisError,
+    FlowsDisagreeError,
     NotAStreamingTableError,
     UndefinedTargetError,
 )
@@ -131,7 +132,36 @@ def _check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 what="AUTO CDC flows" if isinstance(flow, CdcFlow) else "Append flows",
             )
         flows[dataset.name].append(flow)
+    for into in flows.values():
+        _check_agree([f for f in into if isinstance(f, CdcFlow)])
     return flows
+
+
+# What the flows into one target share through its state table (the source, sequence,
+# delete condition and column selection are each flow's own).
+_SHARED = {"keys": None, "stored_as_scd_type": 1}
+
+
+def _shared(flow: CdcFlow, name: str, default: object) -> object:
+    value = flow.options.get(name, default)
+    return [value] if name == "keys" and isinstance(value, str) else value
+
+
+def _check_agree(flows: list[CdcFlow]) -> None:
+    for flow in flows[1:]:
+        for name, default in _SHARED.items():
+            value, other = (_shared(f, name, default) for f in (flow, flows[0]))
+            if value != other:
+                raise FlowsDisagreeError(
+                    where=flow.where,
+                    flow=flow.name,
+                    target=flow.target,
+                    field=name,
+                    value=value,
+                    other=flows[0].name,
+                    first=flows[0].where,
+                    other_value=other,
+                )
 
 
 def _not_found(error: AnalysisException) -> str | None:
