@@ -379,6 +379,8 @@ def _nth_key(
     and how many rows are left when there are fewer: the range is the rest of the table."""
     columns = _key_columns(conn, config, table)
     where, params = _after(columns, after, ">") if after is not None else ("true", [])
+    # A NULL key (a `keys.` option's column) is never a bound: its rows end the table.
+    where += "".join(f' AND "{k}" IS NOT NULL' for k, _ in columns)
     order = ", ".join(f'"{k}"' for k, _ in columns)
     # Aliased: ORDER BY "id" would sort by the output column, the text.
     texts = ", ".join(f'"{k}"::text AS _key{i}' for i, (k, _) in enumerate(columns))
