@@ -71,22 +71,30 @@ def write_project(
     return spec
 
 
-def drop(root: Path, name: str, changes: list[Change]) -> None:
-    """A change file in the project's drop folder, picked up by the next run."""
-    (root / "data").mkdir(exist_ok=True)
+def drop(
+    root: Path,
+    name: str,
+    changes: list[Change],
+    folder: str = "data",
+    op: str = "op",
+    seq: str = "seq",
+) -> None:
+    """A change file in a drop folder of the project (its operation and sequence columns
+    named ``op`` and ``seq``), picked up by the next run."""
+    (root / folder).mkdir(exist_ok=True)
     lines = [
         json.dumps(
             {
                 "id": c.key,
                 "a": (c.values or (None, None))[0],
                 "b": (c.values or (None, None))[1],
-                "op": c.op,
-                "seq": c.seq,
+                op: c.op,
+                seq: c.seq,
             }
         )
         for c in changes
     ]
-    (root / "data" / f"{name}.json").write_text("\n".join(lines) + "\n")
+    (root / folder / f"{name}.json").write_text("\n".join(lines) + "\n")
 
 
 def run(spark, spec: Path, **options) -> list[str]:
@@ -163,34 +171,18 @@ for scd_type, target in ((1, "latest"), (2, "history")):
 """
 
 
-def _drop_backfill(root: Path, name: str, changes: list[Change]) -> None:
-    (root / "data2").mkdir(exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "id": c.key,
-                "a": (c.values or (None, None))[0],
-                "b": (c.values or (None, None))[1],
-                "kind": c.op,
-                "n": c.seq,
-            }
-        )
-        for c in changes
-    ]
-    (root / "data2" / f"{name}.json").write_text("\n".join(lines) + "\n")
-
-
 def test_two_flows_from_two_producers_into_one_target(spark, tmp_path, database):
     """Each flow with its own source, sequence column, delete condition and column
     selection, over three runs: each target is the fold of the union of both feeds."""
     spec = write_project(tmp_path, database, {"flows.py": TWO_PRODUCERS})
     drop(tmp_path, "1", A)
-    _drop_backfill(tmp_path, "1", B)
+    drop(tmp_path, "1", B, folder="data2", op="kind", seq="n")
     run(spark, spec)
     assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B)
     drop(tmp_path, "2", C)
     run(spark, spec)
-    _drop_backfill(tmp_path, "2", A + C)  # a replay of the other producer's changes
+    # A replay of the other producer's changes.
+    drop(tmp_path, "2", A + C, folder="data2", op="kind", seq="n")
     run(spark, spec)
     assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B + C)
     assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
