@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from autocdc.engine import commit, fit, gc, quarantine, scd1, scd2, stage, tables
+from autocdc.engine import commit, fit, gc, quarantine, scd1, scd2, stage, tables, tuning
 from autocdc.engine import state as st
 from autocdc.engine.batch import Batch, Counts, Plan
 from autocdc.engine.errors import ConcurrentWriteError
@@ -104,13 +104,14 @@ class AutoCdcFlow(FlowSpec):
         stage.check_deterministic(df, self)
         if self._gc_clock is None:
             self._gc_clock = time.monotonic()
-        for _ in range(MAX_ATTEMPTS):
-            attempt = time.perf_counter()
-            try:
-                return self._apply_once(spark, df, started)
-            except tables.RETRYABLE:
-                self._meta = self._committed = None  # re-read what the winner committed
-                _wait_after_losing(attempt)
+        with tuning.engine_settings(spark):
+            for _ in range(MAX_ATTEMPTS):
+                attempt = time.perf_counter()
+                try:
+                    return self._apply_once(spark, df, started)
+                except tables.RETRYABLE:
+                    self._meta = self._committed = None  # re-read what the winner committed
+                    _wait_after_losing(attempt)
         raise ConcurrentWriteError(table=self.target, attempts=MAX_ATTEMPTS)
 
     def _apply_once(self, spark: SparkSession, df: DataFrame, started: float) -> BatchMetrics:
@@ -310,12 +311,13 @@ class AutoCdcFlow(FlowSpec):
         if self.stored_as_scd_type == 2 or not tables.exists(spark, self.state_table):
             return 0
         layout = fit.stored_layout(spark, self, self.state_table)
-        for _ in range(MAX_ATTEMPTS):
-            attempt = time.perf_counter()
-            try:
-                return self._collect(spark, layout)
-            except tables.RETRYABLE:
-                _wait_after_losing(attempt)
+        with tuning.engine_settings(spark):
+            for _ in range(MAX_ATTEMPTS):
+                attempt = time.perf_counter()
+                try:
+                    return self._collect(spark, layout)
+                except tables.RETRYABLE:
+                    _wait_after_losing(attempt)
         raise ConcurrentWriteError(table=self.state_table, attempts=MAX_ATTEMPTS)
 
     def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
