@@ -93,7 +93,7 @@ class Runner:
         self.project = project
         self.graph = graph
         self.queries: list[tuple[str, str, StreamingQuery]] = []  # flow, target, query
-        self.events = EventLog.of(spark, project)
+        self.events = EventLog.of(project)
         self.progress = progress or Progress()
         self.sources: dict[str, list[dict]] = {}  # flow -> its streaming sources
         self.failure: BaseException | None = None  # the first error inside an apply
