@@ -59,10 +59,16 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
-def start_holder(storage: Path, expiry: float, seconds: float = 120) -> subprocess.Popen:
-    """A process holding the lease; returns once it holds it."""
+def start_holder(
+    storage: Path, expiry: float, seconds: float = 120, sigint_ignored: bool = False
+) -> subprocess.Popen:
+    """A process holding the lease (started with SIGINT ignored, as a script's background
+    job is, if ``sigint_ignored``); returns once it holds it."""
     args = [sys.executable, "-c", HOLDER, str(storage), str(expiry), str(seconds)]
-    proc = subprocess.Popen(args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    proc = subprocess.Popen(
+        args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ignore
+    )
     assert proc.stdout is not None and proc.stdout.readline() == b"held\n", proc.stderr
     return proc
 
@@ -154,8 +160,9 @@ def test_the_heartbeat_keeps_a_long_holder_alive_past_the_expiry(tmp_path):
 @pytest.mark.slow
 def test_a_holder_that_lost_its_lease_stops(tmp_path):
     """A holder stalled past the expiry (SIGSTOP) is taken over; when it resumes, its
-    heartbeat finds the lease another's and stops it, leaving that lease alone."""
-    holder = start_holder(tmp_path, expiry=1)
+    heartbeat finds the lease another's and stops it (long before the end of its work,
+    even though it started with SIGINT ignored), leaving that lease alone."""
+    holder = start_holder(tmp_path, expiry=1, seconds=3600, sigint_ignored=True)
     holder.send_signal(signal.SIGSTOP)
     time.sleep(2)
     with lock.hold(tmp_path, "shop", 1.0) as mine:

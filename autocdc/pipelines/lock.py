@@ -157,6 +157,11 @@ class Lease:
         self._sigterm = signal.getsignal(signal.SIGTERM) if self._main else None
         if self._sigterm == signal.SIG_DFL:  # let SIGTERM end the block, so it releases
             signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        # A process started with SIGINT ignored (a background job of a script) would not
+        # stop when the lease is lost: the heartbeat's SIGINT must reach Python.
+        self._sigint = signal.getsignal(signal.SIGINT) if self._main else None
+        if self._sigint == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         self._beat = threading.Thread(target=self._heartbeat, name="autocdc-lock", daemon=True)
         self._beat.start()
 
@@ -211,6 +216,8 @@ class Lease:
         self._beat.join()
         if self._sigterm == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self._sigint == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if self.lost is None:
             with contextlib.suppress(OSError):
                 _remove(self.path, self.file, self.fields["run_id"])
