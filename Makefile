@@ -4,6 +4,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Delta's jars, resolved once into the venv: sessions start from them, without ivy.
 JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
+# The classes a session loads, archived once: JVMs map them instead of loading them.
+CLASSES := $(VENV)/share/autocdc/jars/autocdc-classes.json
 SOURCES := autocdc tests pipelines benchmarks
 
 .PHONY: setup demo test lint bench bench-quick bench-smoke clean
@@ -17,7 +19,10 @@ $(STAMP): pyproject.toml
 $(JARS): $(STAMP)
 	$(PY) -m autocdc.engine.jars
 
-setup: $(STAMP) $(JARS)
+$(CLASSES): $(JARS)
+	$(PY) -m autocdc.engine.archive
+
+setup: $(STAMP) $(JARS) $(CLASSES)
 
 demo: setup
 	$(PY) -m autocdc run --spec pipelines/spark-pipeline.yml --full-refresh-all

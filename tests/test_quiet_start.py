@@ -16,7 +16,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from test_crash import ROOT
 
-from autocdc.engine import jars
+from autocdc.engine import archive, jars
 from autocdc.pipelines import cli
 
 NOISE = ("::", "resolving", "downloading", "artifacts", "log4j", "WARN", "JVM stacktrace")
@@ -39,6 +39,29 @@ def test_jars_are_resolved_once(tmp_path, monkeypatch):
     (tmp_path / names[1]).write_bytes(b"jar")
     (tmp_path / jars.MARKER).write_text(json.dumps({**marker, "coordinate": "io.delta:x:1"}))
     assert jars.installed(tmp_path) is None  # resolved for another delta-spark
+
+
+def test_the_class_archive_is_mapped_only_when_made_for_these_versions(tmp_path, monkeypatch):
+    monkeypatch.setattr(jars, "jar_dir", lambda: tmp_path)
+    assert archive.java_option() is None  # none made yet
+    archive.path().write_bytes(b"jsa")
+    (tmp_path / archive.MARKER).write_text(json.dumps(archive._made(True)))
+    assert archive.java_option() == f'"-XX:SharedArchiveFile={archive.path()}"'
+    other = {**archive._made(True), "pyspark": "4.1.0"}  # made for another pyspark
+    (tmp_path / archive.MARKER).write_text(json.dumps(other))
+    assert archive.java_option() is None
+    assert archive.main() == 2 and archive.java_option() is None  # no jars here: not made
+
+
+def test_sessions_started_here_map_the_class_archive(spark):
+    """`make setup` made the archive; the test session's JVM was started with it."""
+    made = archive.usable()
+    if made is None:
+        if os.environ.get("CI"):
+            pytest.fail("make setup wrote no class archive (python -m autocdc.engine.archive)")
+        pytest.skip("no class archive in this environment (python -m autocdc.engine.archive)")
+    bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert f"-XX:SharedArchiveFile={made}" in list(bean.getInputArguments())
 
 
 def test_coordinate_is_delta_pip_helpers():

@@ -109,7 +109,7 @@ def spark_session(
     logs.use(log_file)
     if not submitted and SparkContext._gateway is None:  # no JVM yet: start it here
         _add_delta_jars(settings)
-        _log_to(settings, conf_dir, log_file)
+        _driver_options(settings, conf_dir, log_file)
         _start_jvm(settings, log_file)
 
     builder = SparkSession.builder.appName(settings.pop("spark.app.name", "autocdc"))
@@ -147,14 +147,21 @@ def _add_delta_jars(settings: dict[str, str]) -> None:
     )
 
 
-def _log_to(settings: dict[str, str], conf_dir: Path | None, log_file: Path) -> None:
-    """Spark's log4j logs go to ``log_file``, configured by the user's
-    ``conf/log4j2.properties`` if there is one, else by the engine's; the user's own
-    driver options come after, so theirs win."""
+def _driver_options(settings: dict[str, str], conf_dir: Path | None, log_file: Path) -> None:
+    """The class archive if there is one (:mod:`autocdc.engine.archive`), and Spark's log4j
+    logs to ``log_file``, configured by the user's ``conf/log4j2.properties`` if there is
+    one, else by the engine's; the user's own driver options come after, so theirs win."""
+    # Imported here, not at the top: `python -m autocdc.engine.archive` must be its first import.
+    from autocdc.engine import archive
+
     config = DEFAULTS / "log4j2.properties"
     if conf_dir is not None and (conf_dir / "log4j2.properties").is_file():
         config = conf_dir / "log4j2.properties"
-    options = [logs.java_options(config.resolve(), log_file), settings.get(_JAVA_OPTIONS)]
+    options = [
+        archive.java_option(),
+        logs.java_options(config.resolve(), log_file),
+        settings.get(_JAVA_OPTIONS),
+    ]
     settings[_JAVA_OPTIONS] = " ".join(filter(None, options))
 
 
