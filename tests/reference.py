@@ -2,6 +2,11 @@
 
 Deliberately naive: it sorts every distinct change and applies them one at a time, the
 definition itself, with none of the engine's per-key compaction.
+
+A change may set only some columns (a partial upsert: ``sets``, the indexes of the value
+columns it sets). On a partial target, ties merge column by column over the upserts that
+set the column, and an upsert leaves the columns it does not set as they are (NULL on a
+key it brings back to life); on any other target ties compare whole rows.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ class Change:
     seq: Any
     op: str
     values: tuple[Any, ...] = ()  # non-key columns of an upsert, in target order
+    sets: frozenset[int] | None = None  # indexes of the values an upsert sets (None: all)
 
 
 def _low_null(value: Any) -> tuple[int, Any]:
@@ -26,49 +32,86 @@ def _low_null(value: Any) -> tuple[int, Any]:
     return (0, 0) if value is None else (1, value)
 
 
-def _distinct(changes: Iterable[Change]) -> set[Change]:
-    """A delete or truncate is its key and sequence only: drop whatever payload it carries."""
-    return {c if c.op == UPSERT else Change(c.key, c.seq, c.op) for c in changes}
+def _normal(change: Change, ignore_null_updates: bool) -> Change:
+    """A change as the fold sees it: a delete or truncate is its key and sequence only; an
+    upsert says which columns it sets (with ``ignore_null_updates`` not its NULLs), and the
+    value of a column it does not set is no part of it."""
+    if change.op != UPSERT:
+        return Change(change.key, change.seq, change.op)
+    every = range(len(change.values))
+    sets = {i for i in (every if change.sets is None else change.sets)}
+    if ignore_null_updates:
+        sets = {i for i in sets if change.values[i] is not None}
+    values = tuple(v if i in sets else None for i, v in enumerate(change.values))
+    return Change(change.key, change.seq, UPSERT, values, frozenset(sets))
 
 
-def _merge_ties(upserts: list[Change], ignore_null_updates: bool) -> tuple[Any, ...]:
-    """Resolve different upserts at one key and sequence (the documented tie rule)."""
-    if not ignore_null_updates:
-        return max((u.values for u in upserts), key=lambda vs: tuple(map(_low_null, vs)))
-    columns = zip(*(u.values for u in upserts), strict=True)
-    return tuple(
-        max((v for v in column if v is not None), default=None, key=_low_null) for column in columns
+def _is_partial(changes: list[Change], ignore_null_updates: bool, partial: bool | None) -> bool:
+    if partial is not None:
+        return partial
+    return ignore_null_updates or any(c.sets is not None for c in changes)
+
+
+def _merge_ties(upserts: list[Change], partial: bool) -> Change:
+    """Resolve different upserts at one key and sequence (the documented tie rule): the
+    greatest row, or on a partial target per column the greatest value set, NULL lowest."""
+    first = upserts[0]
+    if not partial:
+        values = max((u.values for u in upserts), key=lambda vs: tuple(map(_low_null, vs)))
+        return Change(first.key, first.seq, UPSERT, values, first.sets)
+    width = len(first.values)
+    sets = frozenset(i for u in upserts for i in u.sets or ())
+    values = tuple(
+        max((u.values[i] for u in upserts if i in u.sets), key=_low_null) if i in sets else None
+        for i in range(width)
     )
+    return Change(first.key, first.seq, UPSERT, values, sets)
 
 
-def fold_scd1(
-    changes: Iterable[Change], ignore_null_updates: bool = False
-) -> dict[Any, tuple[Any, ...]]:
-    """The SCD type 1 target: live key -> its non-key values."""
-    distinct = _distinct(changes)
+def _steps(changes: list[Change], partial: bool) -> list[tuple[Any, int, Any, Any]]:
+    """(seq, rank, key, upsert or operation): one merged upsert per key and sequence, a
+    delete or truncate ranked after it."""
     grouped: dict[tuple[Any, Any], list[Change]] = {}
-    steps: list[tuple[Any, int, Any, Any]] = []  # (seq, rank, key, values)
-    for change in distinct:
+    steps: list[tuple[Any, int, Any, Any]] = []
+    for change in changes:
         if change.op == UPSERT:
             grouped.setdefault((change.key, change.seq), []).append(change)
         else:
             steps.append((change.seq, 1, change.key if change.op == DELETE else None, change.op))
     for (key, seq), upserts in grouped.items():
-        steps.append((seq, 0, key, _merge_ties(upserts, ignore_null_updates)))
+        steps.append((seq, 0, key, _merge_ties(upserts, partial)))
+    return sorted(steps, key=lambda s: (s[0], s[1]))
 
+
+def _set(current: tuple[Any, ...] | None, upsert: Change) -> tuple[Any, ...]:
+    """The row after ``upsert``: the columns it sets, the others as they were (NULL on a
+    key that was not live)."""
+    if current is None or upsert.sets is None:
+        return upsert.values
+    return tuple(
+        n if i in upsert.sets else c
+        for i, (c, n) in enumerate(zip(current, upsert.values, strict=True))
+    )
+
+
+def fold_scd1(
+    changes: Iterable[Change], ignore_null_updates: bool = False, partial: bool | None = None
+) -> dict[Any, tuple[Any, ...]]:
+    """The SCD type 1 target: live key -> its non-key values. ``partial`` (default: when
+    NULLs are ignored or a change sets only some columns): the target is partial."""
+    given = list(changes)
+    is_partial = _is_partial(given, ignore_null_updates, partial)
+    distinct = list({_normal(c, ignore_null_updates) for c in given})
+    if not is_partial:
+        distinct = [Change(c.key, c.seq, c.op, c.values) for c in distinct]
     target: dict[Any, tuple[Any, ...]] = {}
-    for _seq, _rank, key, payload in sorted(steps, key=lambda s: (s[0], s[1])):
+    for _seq, _rank, key, payload in _steps(distinct, is_partial):
         if payload == TRUNCATE:
             target.clear()
         elif payload == DELETE:
             target.pop(key, None)
-        elif ignore_null_updates and key in target:
-            current = target[key]
-            target[key] = tuple(
-                c if n is None else n for c, n in zip(current, payload, strict=True)
-            )
         else:
-            target[key] = payload
+            target[key] = _set(target.get(key), payload)
     return target
 
 
@@ -76,21 +119,18 @@ def fold_scd2(
     changes: Iterable[Change],
     tracked: list[int] | None = None,
     ignore_null_updates: bool = False,
+    partial: bool | None = None,
 ) -> set[tuple[Any, tuple[Any, ...], Any, Any]]:
     """The SCD type 2 target: {(key, values, start, end)}, end None for the current version.
 
     ``tracked`` holds the indexes of tracked value columns (None: all).
     """
-    distinct = _distinct(changes)
-    grouped: dict[tuple[Any, Any], list[Change]] = {}
-    steps: list[tuple[Any, Any, int, Any]] = []  # (key, seq, rank, values or None)
-    for change in distinct:
-        if change.op == UPSERT:
-            grouped.setdefault((change.key, change.seq), []).append(change)
-        elif change.op == DELETE:
-            steps.append((change.key, change.seq, 1, None))
-    for (key, seq), upserts in grouped.items():
-        steps.append((key, seq, 0, _merge_ties(upserts, ignore_null_updates)))
+    given = list(changes)
+    is_partial = _is_partial(given, ignore_null_updates, partial)
+    distinct = [c for c in {_normal(c, ignore_null_updates) for c in given} if c.op != TRUNCATE]
+    if not is_partial:
+        distinct = [Change(c.key, c.seq, c.op, c.values) for c in distinct]
+    steps = _steps(distinct, is_partial)
 
     versions: set[tuple[Any, tuple[Any, ...], Any, Any]] = set()
     open_versions: dict[Any, tuple[tuple[Any, ...], Any]] = {}  # key -> (values, start)
@@ -100,18 +140,17 @@ def fold_scd2(
         if start != end:  # a version that starts and ends at one sequence is not stored
             versions.add((key, values, start, end))
 
-    for key, seq, _rank, values in sorted(steps, key=lambda s: (s[1], s[2])):
-        if values is None:
+    for seq, _rank, key, payload in steps:
+        if payload == DELETE:
             if key in open_versions:
                 close(key, seq)
             continue
-        if key in open_versions:
-            current, start = open_versions[key]
-            if ignore_null_updates:
-                values = tuple(c if n is None else n for c, n in zip(current, values, strict=True))
+        current = open_versions.get(key)
+        values = _set(current[0] if current else None, payload)
+        if current is not None:
             idx = range(len(values)) if tracked is None else tracked
-            if all(current[i] == values[i] for i in idx):
-                open_versions[key] = (values, start)  # untracked columns change in place
+            if all(current[0][i] == values[i] for i in idx):
+                open_versions[key] = (values, current[1])  # untracked columns change in place
                 continue
             close(key, seq)
         open_versions[key] = (values, seq)

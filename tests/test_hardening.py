@@ -190,7 +190,6 @@ def test_timestamp_horizons_survive_a_dst_driver(spark, new_table, new_york):
         ({"keys": ["userId", "name"]}, "keys", 4),  # (123, NULL) is quarantined
         ({"sequence_by": "cast(sequenceNum as int)"}, "sequence type", 3),
         ({"stored_as_scd_type": 2}, "stored_as_scd_type", 3),
-        ({"ignore_null_updates": True}, "ignore_null_updates", 3),
     ],
 )
 def test_definition_drift_is_refused(spark, new_table, change, field, live):
@@ -203,6 +202,28 @@ def test_definition_drift_is_refused(spark, new_table, change, field, live):
     changed.full_refresh(spark)
     changed.apply(spark.createDataFrame(EXAMPLE, SCHEMA))
     assert changed.current(spark).count() == live
+
+
+def test_a_partial_flow_needs_a_partial_target(spark, new_table):
+    """A target created for full rows keeps no per-column sequences: a flow with partial
+    upserts is refused, and works after a full refresh; a full-row flow into the partial
+    target is then applied as one (its NULLs set the columns to NULL)."""
+    target = new_table("not_partial")
+    users_flow(target).apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    partial = users_flow(target, ignore_null_updates=True)
+    with pytest.raises(autocdc.TargetNotPartialError) as err:
+        partial.apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    assert err.value.params == {
+        "flow": target,
+        "target": target,
+        "why": "ignore_null_updates",
+        "remedy": "flow.full_refresh(spark)",
+    }
+    partial.full_refresh(spark)
+    partial.apply(spark.createDataFrame([*EXAMPLE, (124, None, "Puebla", "UPDATE", 7)], SCHEMA))
+    assert_target(spark, target, [(124, "Raul", "Puebla"), *EXPECTED[1:]])
+    users_flow(target).apply(spark.createDataFrame([(124, None, "Leon", "UPDATE", 8)], SCHEMA))
+    assert_target(spark, target, [(124, None, "Leon"), *EXPECTED[1:]])
 
 
 def test_a_key_the_feed_lacks_is_an_unknown_column_not_a_changed_definition(spark, new_table):

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1, fold_scd2
 
 import autocdc
@@ -339,3 +339,185 @@ def test_engine_matches_reference_fold(spark, mode, data):
     extra = [START_AT, END_AT] if mode.scd_type == 2 else []
     assert sorted(table.columns) == sorted([*case.keys, *case.values, *extra])
     assert [c for c in table.columns if c in case.values] == case.stored
+
+
+# Two flows into one partial target: A sends full rows of (V[0], V[1]) with its own
+# delete (and, SCD1, truncate) condition; B sends partial upserts of (V[1], V[2]) on its
+# own sequence column (the same clock), in one of three ways.
+PARTIAL_WAYS = ["per_row_list", "listed_ignoring_one", "ignore_null_updates"]
+SETS_COLUMN = "cdc_sets"
+
+
+@dataclass(frozen=True)
+class TwoFlows:
+    """One generated two-flow case: each flow's changes (values in V order, a B change's
+    ``sets`` holding the per-row list it sends, by name, or None), their batches, in the
+    order they are applied (flow "A" or "B", changes)."""
+
+    values: list[str]  # V[0] (A only), V[1] (both), V[2] (B only)
+    way: str
+    changes: dict[str, list[Change]]
+    applies: list[tuple[str, list[Change]]]
+    restart_before: list[int]
+
+    def b_sets(self, change: Change) -> frozenset[int]:
+        """The value indexes a B upsert sets: the reference's view of B's options."""
+        if self.way == "per_row_list":
+            named = [1, 2] if change.sets is None else [i for i in (1, 2) if i in change.sets]
+            return frozenset(named)
+        ignoring = (2,) if self.way == "listed_ignoring_one" else (1, 2)
+        return frozenset(i for i in (1, 2) if i not in ignoring or change.values[i] is not None)
+
+    def reference_changes(self) -> list[Change]:
+        a = [Change(c.key, c.seq, c.op, c.values, frozenset({0, 1})) for c in self.changes["A"]]
+        b = [Change(c.key, c.seq, c.op, c.values, self.b_sets(c)) for c in self.changes["B"]]
+        return a + b
+
+
+@st.composite
+def two_flow_cases(draw, scd_type: int) -> TwoFlows:
+    names = [n for group in draw(st.permutations(NAME_GROUPS)) for n in group][:3]
+    way = draw(st.sampled_from(PARTIAL_WAYS))
+    key_st, seq_st = st.integers(1, 3), st.integers(1, 4)
+    ops = [UPSERT, UPSERT, DELETE] + ([TRUNCATE] if scd_type == 1 else [])
+
+    @st.composite
+    def change(draw, flow: str) -> Change:
+        op = draw(st.sampled_from(ops if flow == "A" else [UPSERT, UPSERT, DELETE]))
+        key = None if op == TRUNCATE else draw(key_st)
+        values = (
+            draw(st.sampled_from(STRINGS)) if flow == "A" else None,
+            draw(st.sampled_from(INTS)),
+            draw(st.sampled_from(STRINGS)) if flow == "B" else None,
+        )
+        sets = None
+        if flow == "B" and way == "per_row_list":  # the list a row sends (None: all)
+            sets = draw(st.one_of(st.none(), st.frozensets(st.sampled_from([1, 2]))))
+        return Change(key, draw(seq_st), op, values if op == UPSERT else (None,) * 3, sets)
+
+    # A tie across the flows on the shared column: the greater value wins, whichever flow.
+    key, seq = draw(key_st), draw(seq_st)
+    changes = {
+        "A": list(
+            dict.fromkeys(
+                [*draw(st.lists(change("A"), max_size=4)), Change(key, seq, UPSERT, ("x", 0, None))]
+            )
+        ),
+        "B": list(
+            dict.fromkeys(
+                [*draw(st.lists(change("B"), max_size=4)), Change(key, seq, UPSERT, (None, 1, "y"))]
+            )
+        ),
+    }
+    # Up to four applies: each flow's changes shuffled into one or two batches, changes
+    # resent, and (under four) one batch replayed; the flows' batches interleaved.
+    batches: list[tuple[str, list[Change]]] = []
+    for flow, mine in changes.items():
+        order = draw(st.permutations(mine))
+        cut = draw(st.integers(0, len(order) - 1)) if len(order) > 1 else 0
+        parts = [p for p in (order[:cut], order[cut:]) if p]
+        resent = draw(st.lists(st.sampled_from(mine), max_size=2))
+        parts[-1] = [*parts[-1], *resent]
+        batches += [(flow, p) for p in parts]
+    applies = draw(st.permutations(batches))
+    if len(applies) < 4:
+        applies = [*applies, draw(st.sampled_from(applies))]
+    restart = draw(st.sets(st.integers(1, len(applies) - 1), max_size=1))
+    return TwoFlows(names, way, changes, list(applies), sorted(restart))
+
+
+def _two_flows(case: TwoFlows, scd_type: int, target: str) -> dict[str, autocdc.AutoCdcFlow]:
+    _, v1, v2 = case.values
+    a = autocdc.AutoCdcFlow(
+        target=target,
+        name=f"{target}_a",
+        keys=["id"],
+        sequence_by=SEQ,
+        apply_as_deletes=f"{OP} = 'D'",
+        apply_as_truncates=f"{OP} = 'T'" if scd_type == 1 else None,
+        except_column_list=[OP, SEQ],
+        stored_as_scd_type=scd_type,
+        partial_target=True,  # what a pipeline declares for a full-row flow beside B
+    )
+    partial: dict[str, Any] = {
+        "per_row_list": {"columns_to_update": SETS_COLUMN},
+        "listed_ignoring_one": {
+            "columns_to_update": [v1, v2],
+            "ignore_null_updates_column_list": [v2],
+        },
+        "ignore_null_updates": {"ignore_null_updates": True},
+    }[case.way]
+    b = autocdc.AutoCdcFlow(
+        target=target,
+        name=f"{target}_b",
+        keys=["id"],
+        sequence_by="cdc_n",
+        apply_as_deletes="cdc_kind = 'D'",
+        except_column_list=["cdc_kind", "cdc_n"],
+        stored_as_scd_type=scd_type,
+        **partial,
+    )
+    return {"A": a, "B": b}
+
+
+def _two_flow_batch(spark, case: TwoFlows, flow: str, changes: list[Change]):
+    v0, v1, v2 = case.values
+    if flow == "A":
+        schema = StructType(
+            [
+                StructField("id", LongType()),
+                StructField(v0, StringType()),
+                StructField(v1, LongType()),
+                StructField(OP, StringType()),
+                StructField(SEQ, LongType()),
+            ]
+        )
+        rows = [(c.key, c.values[0], c.values[1], c.op, c.seq) for c in changes]
+        return spark.createDataFrame(rows, schema)
+    fields = [
+        StructField(v2, StringType()),
+        StructField("id", LongType()),
+        StructField("cdc_kind", StringType()),
+        StructField(v1, LongType()),
+        StructField("cdc_n", LongType()),
+    ]
+    if case.way == "per_row_list":
+        fields.append(StructField(SETS_COLUMN, ArrayType(StringType())))
+    rows = [
+        (c.values[2], c.key, c.op, c.values[1], c.seq)
+        + (
+            ((None if c.sets is None else [case.values[i] for i in sorted(c.sets)]),)
+            if case.way == "per_row_list"
+            else ()
+        )
+        for c in changes
+    ]
+    return spark.createDataFrame(rows, StructType(fields))
+
+
+@pytest.mark.parametrize("scd_type", [1, 2], ids=["scd1", "scd2"])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_two_flows_one_partial_match_reference_fold(spark, scd_type, data):
+    """A full-row flow and a partial one into one target, their batches interleaved in
+    any order, resent and replayed: the target is the fold of the union of their changes,
+    each upsert setting the columns it sets (docs/semantics.md, several flows)."""
+    case = data.draw(two_flow_cases(scd_type), label="case")
+    target = f"prop_two_flows_{scd_type}_{next(_targets)}"
+    flows = _two_flows(case, scd_type, target)
+    for i, (flow, changes) in enumerate(case.applies):
+        if i in case.restart_before:
+            flows = _two_flows(case, scd_type, target)
+        flows[flow].apply(_two_flow_batch(spark, case, flow, changes))
+
+    rows = [r.asDict() for r in spark.table(target).collect()]
+    applicable = case.reference_changes()
+    if scd_type == 1:
+        got = Counter((r["id"], tuple(r[v] for v in case.values)) for r in rows)
+        want = Counter(fold_scd1(applicable, partial=True).items())
+    else:
+        got = Counter(
+            (r["id"], tuple(r[v] for v in case.values), r[START_AT], r[END_AT]) for r in rows
+        )
+        want = Counter(fold_scd2(applicable, partial=True))
+    assert got == want, f"target: {_diff(got, want)}"

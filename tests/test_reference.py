@@ -71,3 +71,44 @@ def test_worked_example_type2_city_untracked():
 def test_type2_upsert_and_delete_at_one_sequence_is_not_stored():
     changes = [Change(1, 1, UPSERT, ("a",)), Change(1, 2, UPSERT, ("b",)), Change(1, 2, DELETE)]
     assert fold_scd2(changes) == {(1, ("a",), 1, 2)}
+
+
+# The partial upserts example: (status, amount) from the shop, (shipped_at, carrier) from
+# the warehouse.
+SHOP, SHIPPING, CARRIER = frozenset({0, 1}), frozenset({2, 3}), frozenset({3})
+ORDERS = [
+    Change(7, "10:00", UPSERT, ("paid", 30, None, None), SHOP),
+    Change(7, "12:00", UPSERT, (None, None, "12:00", "DHL"), SHIPPING),
+    Change(7, "13:00", UPSERT, (None, None, None, "FedEx"), CARRIER),
+    Change(7, "12:05", UPSERT, ("shipped", 30, None, None), SHOP),
+    Change(8, "09:10", UPSERT, ("placed", 8, None, None), SHOP),
+    Change(8, "10:45", UPSERT, (None, None, "10:45", "DHL"), SHIPPING),
+    Change(8, "11:00", DELETE),
+    Change(8, "11:30", UPSERT, (None, None, None, "UPS"), CARRIER),
+]
+
+
+def test_partial_upserts_worked_example():
+    assert fold_scd1(ORDERS) == {
+        7: ("shipped", 30, "12:00", "FedEx"),
+        8: (None, None, None, "UPS"),
+    }
+    assert {v for v in fold_scd2(ORDERS) if v[0] == 7} == {
+        (7, ("paid", 30, None, None), "10:00", "12:00"),
+        (7, ("paid", 30, "12:00", "DHL"), "12:00", "12:05"),
+        (7, ("shipped", 30, "12:00", "DHL"), "12:05", "13:00"),
+        (7, ("shipped", 30, "12:00", "FedEx"), "13:00", None),
+    }
+
+
+def test_partial_ties_merge_per_column_and_ignore_unset_values():
+    tied = [
+        Change(1, 2, UPSERT, ("a", 5), frozenset({0, 1})),
+        Change(1, 2, UPSERT, ("b", 9), frozenset({0})),  # sets column 0 only: its 9 is no value
+        Change(1, 1, UPSERT, ("z", 7), frozenset({1})),  # older: loses column 1 to the 5
+    ]
+    assert fold_scd1(tied) == {1: ("b", 5)}
+    # A full-row target compares whole rows; a partial one merges columns, full rows too.
+    full = [Change(1, 1, UPSERT, ("y", 0)), Change(1, 1, UPSERT, ("x", 1))]
+    assert fold_scd1(full) == {1: ("y", 0)}
+    assert fold_scd1(full, partial=True) == {1: ("y", 1)}

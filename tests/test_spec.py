@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DoubleType,
     LongType,
@@ -14,6 +15,7 @@ from pyspark.sql.types import (
 )
 
 import autocdc
+from autocdc.engine import state
 from autocdc.engine.spec import FlowSpec
 
 BASE = {"target": "t", "keys": ["id"], "sequence_by": "seq"}
@@ -176,3 +178,76 @@ def test_retention_out_of_range(days):
     with pytest.raises(autocdc.InvalidRetentionError) as err:
         spec(tombstone_retention_days=days)
     assert err.value.params["value"] == days
+
+
+@pytest.mark.parametrize(
+    ("overrides", "second"),
+    [
+        (
+            {"ignore_null_updates": True, "ignore_null_updates_column_list": []},
+            "ignore_null_updates_column_list",
+        ),
+        (
+            {
+                "ignore_null_updates_column_list": ["a"],
+                "ignore_null_updates_except_column_list": ["b"],
+            },
+            "ignore_null_updates_except_column_list",
+        ),
+    ],
+)
+def test_ignore_null_options_are_exclusive(overrides, second):
+    with pytest.raises(autocdc.ConflictingIgnoreNullUpdatesError) as err:
+        spec(**overrides)
+    assert err.value.params["second"] == second
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"columns_to_update": ["a", "op"], "except_column_list": ["op"]}, "columns_to_update"),
+        (
+            {"ignore_null_updates_column_list": ["op"], "column_list": ["id", "a"]},
+            "ignore_null_updates_column_list",
+        ),
+    ],
+)
+def test_partial_options_name_only_selected_columns(overrides, field):
+    with pytest.raises(autocdc.ColumnNotSelectedError) as err:
+        spec(**overrides)
+    assert err.value.params == {"field": field, "columns": ["op"]}
+
+
+def test_partial_flows_and_what_they_set():
+    assert not spec().partial and spec(partial_target=True).partial
+    listed = spec(columns_to_update=["id", "name"], ignore_null_updates_except_column_list=["op"])
+    assert listed.partial and listed.sets_columns
+    assert (listed.ignores_null("name"), listed.ignores_null("op")) == (True, False)
+    assert spec(columns_to_update="cols").columns_to_update_column == "cols"
+    with pytest.raises(autocdc.DuplicateColumnError):
+        spec(columns_to_update=["name", "name"])
+
+
+def test_resolve_columns_to_update():
+    listing = StructType([*COLUMNS.fields, StructField("cols", ArrayType(StringType()))])
+    flow = FlowSpec(**BASE, columns_to_update="cols", except_column_list=["op", "seq"])
+    assert flow.resolve(listing, LongType()).payload == ["id", "name"]  # never stored
+    with pytest.raises(autocdc.InvalidColumnsToUpdateError) as err:
+        FlowSpec(**BASE, columns_to_update="name").resolve(COLUMNS, LongType())
+    assert err.value.params == {"column": "name", "type": "string"}
+    with pytest.raises(autocdc.UnknownColumnError) as err:
+        FlowSpec(**BASE, columns_to_update=["nme"]).resolve(COLUMNS, LongType())
+    assert err.value.params["field"] == "columns_to_update"
+
+
+@pytest.mark.parametrize(
+    ("properties", "partial"),
+    [
+        ({"autocdc.partial": "true"}, True),
+        ({"autocdc.partial": "false", "autocdc.ignoreNullUpdates": "true"}, False),
+        ({"autocdc.ignoreNullUpdates": "true"}, True),  # written before partial upserts
+        ({"autocdc.ignoreNullUpdates": "false"}, False),
+    ],
+)
+def test_stored_partial(properties, partial):
+    assert state.stored_partial(properties) is partial

@@ -146,6 +146,46 @@ class TrackHistoryColumnNotSelectedError(AutoCdcError):
     )
 
 
+class ConflictingIgnoreNullUpdatesError(AutoCdcError):
+    error_class = "AUTOCDC_CONFLICTING_IGNORE_NULL_UPDATES"
+    template = (
+        "Both `{first}` and `{second}` are set. Set at most one of `ignore_null_updates` "
+        "(every column), `ignore_null_updates_column_list` (only these columns) and "
+        "`ignore_null_updates_except_column_list` (all but these columns)."
+    )
+
+
+class ColumnNotSelectedError(AutoCdcError):
+    error_class = "AUTOCDC_COLUMN_NOT_SELECTED"
+    template = (
+        "`{field}` names {columns}, which `column_list` / `except_column_list` leave out "
+        "of the target, so an upsert could never set them. Name only selected columns "
+        "in `{field}`, or select them."
+    )
+
+
+class InvalidColumnsToUpdateError(AutoCdcError):
+    error_class = "AUTOCDC_INVALID_COLUMNS_TO_UPDATE"
+    template = (
+        "`columns_to_update` names column `{column}` of type {type}: a column given by "
+        "name must list, per row, the columns that row sets (array<string>; NULL sets "
+        "every column). Cast it to array<string>, or pass the columns as a list, "
+        "e.g. columns_to_update=['{column}']."
+    )
+
+
+class TargetNotPartialError(AutoCdcError):
+    error_class = "AUTOCDC_TARGET_NOT_PARTIAL"
+    template = (
+        "Flow `{flow}` sets only some columns of an upsert ({why}), but target `{target}` "
+        "was created for full-row upserts: its state does not record which columns each "
+        "upsert set, so the columns left out cannot be ordered. Declare "
+        "partial_target=True on every flow into `{target}` (a pipeline does it for you) "
+        "and rebuild it: {remedy} drops the target, its state and quarantine."
+    )
+    PYTHON_REMEDY = "flow.full_refresh(spark)"
+
+
 class InvalidKeyTypeError(AutoCdcError):
     error_class = "AUTOCDC_INVALID_KEY_TYPE"
     template = (

@@ -1,7 +1,10 @@
 """Fit a batch to the flow's stored tables, before anything is written.
 
-The stored definition (keys, the sequence's type, the SCD type, ``ignore_null_updates``)
-must match the declared one: the state means something else under another. Columns
+The stored definition (keys, the sequence's type, the SCD type) must match the declared
+one: the state means something else under another. Whether the target is partial (its
+state records which columns each upsert set) is fixed when the tables are created: a
+flow with partial upserts is refused on a target created without, and a full-row flow
+into a partial target is applied as one (its upserts set the columns its feed carries). Columns
 evolve as docs/semantics.md allows: a batch may add nullable columns (they come last in the
 stored order), leave stored columns out (they read NULL) and widen a type the way Delta
 can; anything else is refused, naming the column and the change. The value columns are
@@ -37,6 +40,7 @@ from autocdc.engine import tables
 from autocdc.engine.errors import (
     DefinitionChangedError,
     SchemaMismatchError,
+    TargetNotPartialError,
 )
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import col, corrupt_column, sequence_type
@@ -80,6 +84,7 @@ class Fit:
     creating: bool  # the tables do not exist yet
     evolving: bool  # columns to add or types to widen (in the target or the state)
     conform: list[Column]  # the batch's columns, cast to stored types, missing ones NULL
+    sets: list[Column]  # partial target: per value column, whether an upsert sets it
 
 
 def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
@@ -88,8 +93,21 @@ def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
         st.PROP_KEYS: json.dumps(list(spec.keys)),
         st.PROP_SEQUENCE: sequence.simpleString(),
         st.PROP_SCD_TYPE: str(spec.stored_as_scd_type),
-        st.PROP_IGNORE_NULL_UPDATES: str(spec.ignore_null_updates).lower(),
+        st.PROP_PARTIAL: str(spec.partial).lower(),
     }
+
+
+def _why_partial(spec: FlowSpec) -> str:
+    """The option that makes a flow's upserts partial, for the refusal's message."""
+    for field in (
+        "columns_to_update",
+        "ignore_null_updates",
+        "ignore_null_updates_column_list",
+        "ignore_null_updates_except_column_list",
+    ):
+        if getattr(spec, field) not in (None, False):
+            return field
+    return "partial_target"
 
 
 def tie_order(spec: FlowSpec, values: list[str]) -> list[str]:
@@ -107,6 +125,7 @@ def fit(
     sequence = nullable(sequence_type(df, spec))
     found = not fresh and tables.exists(spark, state_table)
     declared = definition(spec, sequence)
+    partial = spec.partial
     stored: tuple[list[StructField], list[StructField]] | None = None
     target_fields = st.user_columns(tables.read(spark, spec.target).schema) if found else []
     stored_names = [f.name for f in target_fields]
@@ -125,6 +144,14 @@ def fit(
                     declared=declared[prop],
                     remedy=DefinitionChangedError.PYTHON_REMEDY,
                 )
+        partial = st.stored_partial(had)
+        if spec.sets_columns and not partial:
+            raise TargetNotPartialError(
+                flow=spec.flow_name,
+                target=spec.target,
+                why=_why_partial(spec),
+                remedy=TargetNotPartialError.PYTHON_REMEDY,
+            )
         key_names = st.stored_keys(had)
         stored = (
             sorted(
@@ -155,7 +182,7 @@ def fit(
         values=values,
         tie_order=tie_order(spec, [f.name for f in values]),
         sequence=sequence,
-        per_column_sequences=spec.ignore_null_updates and spec.stored_as_scd_type == 1,
+        partial=partial,
         log_values=spec.stored_as_scd_type == 2,
     )
     tracked = [c for c in columns.tracked if c in layout.value_names]
@@ -169,6 +196,13 @@ def fit(
         ).alias(f.name)
         for f in layout.keys + layout.values
     ]
+    # An upsert sets the columns its own feed carries, no other flow's.
+    carried = set(columns.payload) & set(batch_types)
+    sets = (
+        [spec.sets(f.name, f.name in carried).alias(st.set_flag(f.name)) for f in layout.values]
+        if partial
+        else []
+    )
     evolving = False
     if stored is not None:
         state_names = set(tables.read(spark, state_table).schema.names)
@@ -185,6 +219,7 @@ def fit(
         creating=stored is None,
         evolving=evolving,
         conform=conform,
+        sets=sets,
     )
 
 
@@ -219,7 +254,8 @@ def _evolve(
 
 def stored_layout(spark: SparkSession, spec: FlowSpec, state_table: str) -> st.Layout:
     """The layout of a flow's existing tables (for maintenance, without a batch)."""
-    keys = st.stored_keys(st.stored_definition(spark, state_table))
+    had = st.stored_definition(spark, state_table)
+    keys = st.stored_keys(had)
     fields = st.user_columns(tables.read(spark, spec.target).schema)
     values = [f for f in fields if f.name not in keys]
     return st.Layout(
@@ -227,6 +263,6 @@ def stored_layout(spark: SparkSession, spec: FlowSpec, state_table: str) -> st.L
         values=values,
         tie_order=tie_order(spec, [f.name for f in values]),
         sequence=tables.read(spark, state_table).schema[st.UPS].dataType,
-        per_column_sequences=spec.ignore_null_updates and spec.stored_as_scd_type == 1,
+        partial=st.stored_partial(had),
         log_values=spec.stored_as_scd_type == 2,
     )

@@ -120,7 +120,9 @@ class AutoCdcFlow(FlowSpec):
         layout, names = fitted.layout, self._names
         committed = self._catch_up(spark, layout)
         stored = set(layout.key_names + layout.value_names)
-        conformed = df.select(*[col(c) for c in df.columns if c not in stored], *fitted.conform)
+        conformed = df.select(
+            *[col(c) for c in df.columns if c not in stored], *fitted.conform, *fitted.sets
+        )
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         try:
             counts = _counts(staged)
@@ -331,7 +333,7 @@ class AutoCdcFlow(FlowSpec):
         """Drop the target, its state and its quarantine: the next ``apply`` starts over.
 
         The way to change what the state depends on (keys, the sequence's type, the SCD
-        type, ``ignore_null_updates``): replay the source from the start afterwards.
+        type, whether the target is partial): replay the source from the start afterwards.
         """
         for table in (self.target, self.state_table, self.quarantine_table):
             tables.drop(spark, table)

@@ -4,8 +4,10 @@ The fold of docs/semantics.md, computed per key without replaying history:
 
 * the winning upsert is the greatest ``(sequence, row)``: at equal sequence the greatest
   row wins, compared column by column in the declared tie order with NULL lowest (maps
-  compare as JSON). With ``ignore_null_updates`` the same rule runs per column over
-  non-NULL values;
+  compare as JSON). On a partial target (partial upserts, ``ignore_null_updates``) the
+  same rule runs per column, over the upserts that set the column: a column holds the
+  value of the greatest ``(sequence, value)`` upsert that sets it above the key's latest
+  delete, which the state's per-column sequences make independent of arrival order;
 * a delete or truncate at a sequence removes every upsert at or below it (at equal
   sequence the delete orders after the upsert);
 * a key is live when its upsert sequence is above its delete sequence.
@@ -58,7 +60,7 @@ N_OK, N_EVENTS, N_LATE, N_STALE = (
 
 
 def b_col(name: str) -> str:
-    """The batch's winning value of user column ``name`` (ignore_null_updates)."""
+    """The batch's winning value of user column ``name`` (partial target)."""
     return st.derived("b", name)
 
 
@@ -117,9 +119,10 @@ def classify(
     """Deduplicate the batch's keyed changes and flag each as LATE (beyond the horizon,
     to quarantine) or STALE (no effect on the state already held)."""
     keys = layout.key_names
-    # Exact duplicates: a delete is its key and sequence, an upsert also its values.
+    # Exact duplicates: a delete is its key and sequence, an upsert also its values (and,
+    # on a partial target, the columns it sets).
     keyed = changes.where(col(OP) != TRUNCATE).withColumn(
-        DEDUP, F.when(col(OP) == UPSERT, layout.tie())
+        DEDUP, F.when(col(OP) == UPSERT, layout.identity())
     )
     keyed = keyed.dropDuplicates([*keys, SEQ, OP, DEDUP]).withColumn(
         EV_HASH, F.xxhash64(col(DEDUP))
@@ -194,7 +197,7 @@ def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
     if layout.per_column_sequences:
         for f in layout.values:
             ver = F.when(
-                is_upsert & col(f.name).isNotNull(),
+                is_upsert & col(st.set_flag(f.name)),
                 F.struct(col(SEQ).alias("s"), st.comparable(f.name, f.dataType).alias("t")),
             )
             aggs += [
@@ -320,10 +323,9 @@ def merge(
         update_set = {}
         for f in layout.values:
             v = q(f.name)
-            greater = (
-                f"{st.comparable_sql(f.name, f.dataType, 's')} > "
-                f"{st.comparable_sql(f.name, f.dataType, 't')}"
-            )
+            new, held = (st.comparable_sql(f.name, f.dataType, a) for a in ("s", "t"))
+            # NULL lowest: an upsert may set a column to NULL, and a tie with it loses.
+            greater = f"({new} IS NOT NULL AND ({held} IS NULL OR {new} > {held}))"
             update_set[v] = (
                 f"CASE WHEN s.{q(take(f.name))} THEN s.{v} "
                 f"WHEN s.{q(tie(f.name))} AND {greater} THEN s.{v} "

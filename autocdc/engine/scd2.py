@@ -10,6 +10,11 @@ describes the target (its new rows reach the state table through the redo of
 :mod:`autocdc.engine.commit`, after the target committed), so the versions the target
 holds are the history of the old log: only versions that differ from those are written,
 or deleted when gone (one MERGE; the target is read only by it).
+
+On a partial target each logged upsert lists the value columns it set (``SETS``); a
+column it does not set carries the value of the version it continues, whichever flow set
+that value, and NULL after a delete. A row logged with no list (by ``ignore_null_updates``
+before the list was kept) set its non-NULL columns.
 """
 
 from __future__ import annotations
@@ -38,16 +43,31 @@ VERSION, NEXT, VALUES, GONE = (
 DEDUP, NEW = "__autocdc_dedup", "__autocdc_new"
 
 
+def _sets(name: str) -> Column:
+    """Whether a logged upsert set value column ``name`` (rows without a list: non-NULL)."""
+    return F.coalesce(F.array_contains(col(st.SETS), F.lit(name)), col(name).isNotNull())
+
+
 def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFrame:
-    """The batch's distinct keyed changes as change-log rows (a delete carries no values)."""
+    """The batch's distinct keyed changes as change-log rows (a delete carries no values;
+    on a partial target an upsert lists the columns it sets, and holds only their values)."""
     is_upsert = col(OP) == UPSERT
-    keyed = changes.where(col(OP) != TRUNCATE).withColumn(DEDUP, F.when(is_upsert, layout.tie()))
+    keyed = changes.where(col(OP) != TRUNCATE).withColumn(
+        DEDUP, F.when(is_upsert, layout.identity())
+    )
     keyed = keyed.dropDuplicates([*layout.key_names, SEQ, OP, DEDUP])
+    values = {v: is_upsert for v in layout.value_names}
+    sets = []
+    if layout.logs_sets:
+        values = {v: is_upsert & col(st.set_flag(v)) for v in layout.value_names}
+        listed = F.array_compact(F.array(*[F.when(c, F.lit(v)) for v, c in values.items()]))
+        sets = [F.when(is_upsert, listed).alias(st.SETS)]
     return layout.select(
         keyed.select(
             F.lit(EVENT_ROW).alias(st.KIND),
             *[col(k) for k in layout.key_names],
-            *[F.when(is_upsert, col(v)).alias(v) for v in layout.value_names],
+            *[F.when(c, col(v)).alias(v) for v, c in values.items()],
+            *sets,
             col(SEQ).alias(st.UPS),
             is_upsert.alias(st.LIVE),
             F.lit(batch_id).cast("long").alias(st.BATCH),
@@ -56,25 +76,29 @@ def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFram
     )
 
 
-def history(
-    log: DataFrame, layout: st.Layout, tracked: list[str], ignore_null_updates: bool
-) -> DataFrame:
+def history(log: DataFrame, layout: st.Layout, tracked: list[str]) -> DataFrame:
     """Every version of the keys in ``log``: keys, values, ``__START_AT``, ``__END_AT``."""
     keys, values = layout.key_names, layout.value_names
     upserts = log.where(col(st.LIVE))
-    if ignore_null_updates:  # equal-sequence upserts merge: per column greatest non-NULL
+    flags = {v: st.set_flag(v) for v in values}
+    if layout.partial:  # equal-sequence upserts merge per column: the greatest value set
         merged = [
-            F.max_by(
-                col(f.name), F.when(col(f.name).isNotNull(), st.comparable(f.name, f.dataType))
-            ).alias(f.name)
+            agg
             for f in layout.values
+            for agg in (
+                F.max_by(
+                    col(f.name),
+                    F.when(_sets(f.name), F.struct(st.comparable(f.name, f.dataType))),
+                ).alias(f.name),
+                F.max(_sets(f.name)).alias(flags[f.name]),
+            )
         ]
     else:  # equal-sequence upserts: the greatest row wins
         best = F.max_by(F.struct(*[col(v) for v in values]), layout.tie())
         merged = [best.alias(VALUES)]
     key_cols = [col(k) for k in keys]
     upserts = upserts.groupBy(*key_cols, st.UPS).agg(*merged)
-    if not ignore_null_updates:
+    if not layout.partial:
         upserts = upserts.select(*key_cols, st.UPS, *[col(VALUES)[v].alias(v) for v in values])
     deletes = (
         log.where(~col(st.LIVE))
@@ -82,20 +106,24 @@ def history(
         .distinct()  # a delete carries no values (and maps cannot be made distinct)
         .select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in layout.values])
     )
+    if layout.partial:
+        deletes = deletes.select("*", *[F.lit(False).alias(c) for c in flags.values()])
     rows = upserts.withColumn(RANK, F.lit(0)).unionByName(deletes.withColumn(RANK, F.lit(1)))
 
     order = Window.partitionBy(*key_cols).orderBy(st.UPS, RANK)
     upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     is_delete = col(RANK) == 1
-    if ignore_null_updates:  # a NULL keeps the latest non-NULL value since the last delete
+    if layout.partial:  # a column not set keeps the value last set since the last delete
         rows = rows.withColumn(SEG, F.sum(is_delete.cast("int")).over(upto))
         in_segment = (
             Window.partitionBy(*key_cols, SEG)
             .orderBy(st.UPS, RANK)
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )
-        for v in values:
-            rows = rows.withColumn(v, F.last(col(v), ignorenulls=True).over(in_segment))
+        for v, flag in flags.items():
+            # In a struct, so that a column set to NULL counts as set.
+            last_set = F.last(F.when(col(flag), F.struct(col(v).alias("v"))), ignorenulls=True)
+            rows = rows.withColumn(v, last_set.over(in_segment)["v"])
 
     fields = {f.name: f.dataType for f in layout.values}
     tracked_values = F.struct(*[st.comparable(c, fields[c]) for c in tracked if c in fields])
@@ -143,7 +171,6 @@ def merge(
     target: str,
     layout: st.Layout,
     tracked: list[str],
-    ignore_null_updates: bool,
     old_log: DataFrame,
     log: DataFrame,
 ) -> Callable[[], DataFrame]:
@@ -157,8 +184,8 @@ def merge(
     columns = list(types)
 
     def run() -> DataFrame:
-        held = history(old_log, layout, tracked, ignore_null_updates)
-        fresh = history(log, layout, tracked, ignore_null_updates)
+        held = history(old_log, layout, tracked)
+        fresh = history(log, layout, tracked)
         changed = fresh.alias("n").join(held.alias("o"), _same(types), "left_anti")
         gone = held.join(
             fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti"
@@ -198,7 +225,8 @@ def plan(batch: Batch) -> Plan:
         events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
     ).localCheckpoint()
     fields = {f.name: f.dataType for f in layout.schema().fields}
-    compared = {c: fields[c] for c in [*keys, st.UPS, st.LIVE, *layout.value_names]}
+    logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
+    compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
     known = logged.select(*[col(c) for c in fields if c in compared])
     flagged = (
         events.alias("n")
@@ -227,7 +255,6 @@ def plan(batch: Batch) -> Plan:
         batch.names.target,
         layout,
         batch.tracked,
-        batch.spec.ignore_null_updates,
         old_log,
         old_log.unionByName(new_events),
     )

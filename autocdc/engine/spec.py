@@ -32,9 +32,12 @@ from pyspark.sql.types import (
 
 from autocdc.engine import change_rows
 from autocdc.engine.errors import (
+    ColumnNotSelectedError,
     ConflictingColumnListsError,
+    ConflictingIgnoreNullUpdatesError,
     DuplicateColumnError,
     EmptyKeysError,
+    InvalidColumnsToUpdateError,
     InvalidKeyTypeError,
     InvalidRetentionError,
     InvalidSequenceTypeError,
@@ -55,6 +58,7 @@ ColumnOrSql = str | Column
 # A hundred years: far beyond any sensible retention, far from date arithmetic overflow.
 MAX_RETENTION_DAYS = 36_500
 TRACK_HISTORY_LISTS = ("track_history_column_list", "track_history_except_column_list")
+IGNORE_NULL_LISTS = ("ignore_null_updates_column_list", "ignore_null_updates_except_column_list")
 
 
 def is_reserved(name: str) -> bool:
@@ -133,6 +137,25 @@ class FlowSpec(BaseModel):
     ignore_null_updates: bool = Field(
         default=False, description="A NULL in an upsert keeps the column's current value."
     )
+    ignore_null_updates_column_list: list[str] | None = Field(
+        default=None, description="As ignore_null_updates, for these columns only."
+    )
+    ignore_null_updates_except_column_list: list[str] | None = Field(
+        default=None, description="As ignore_null_updates, for all columns but these."
+    )
+    columns_to_update: list[str] | str | None = Field(
+        default=None,
+        description="The columns the flow's upserts set (keys implied), or the name of an "
+        "array<string> column of the feed that lists, per row, the columns that row sets "
+        "(NULL: every column). The columns an upsert does not set keep their values.",
+    )
+    partial_target: bool = Field(
+        default=False,
+        description="autocdc: the target takes partial upserts, from this flow or another "
+        "flow into it, so its state records which columns each upsert set. Implied by "
+        "columns_to_update and the ignore-null options; declare it on full-row flows into "
+        "a target another flow updates partially (a pipeline does that for you).",
+    )
     track_history_column_list: list[str] | None = None
     track_history_except_column_list: list[str] | None = None
     tombstone_retention_days: float = Field(
@@ -172,6 +195,10 @@ class FlowSpec(BaseModel):
         }
         if isinstance(self.sequence_by, list):
             lists["sequence_by"] = self.sequence_by
+        if isinstance(self.columns_to_update, list):
+            lists["columns_to_update"] = self.columns_to_update
+        for field in IGNORE_NULL_LISTS:
+            lists[field] = getattr(self, field)
         for field, names in lists.items():
             seen = [n.lower() for n in names or []]
             twice = sorted({n for n in names or [] if seen.count(n.lower()) > 1})
@@ -181,6 +208,10 @@ class FlowSpec(BaseModel):
         for first, second in pairs:
             if getattr(self, first) is not None and getattr(self, second) is not None:
                 raise ConflictingColumnListsError(first=first, second=second)
+        ignoring = ["ignore_null_updates"] if self.ignore_null_updates else []
+        ignoring += [f for f in IGNORE_NULL_LISTS if getattr(self, f) is not None]
+        if len(ignoring) > 1:
+            raise ConflictingIgnoreNullUpdatesError(first=ignoring[0], second=ignoring[1])
         if self.stored_as_scd_type == 2 and self.apply_as_truncates is not None:
             raise TruncateWithScd2Error()
         if self.stored_as_scd_type == 1:
@@ -196,7 +227,28 @@ class FlowSpec(BaseModel):
             if removed:
                 raise KeyNotSelectedError(columns=removed, field="except_column_list")
         self._check_track_history()
+        self._check_partial()
         return self
+
+    def _check_partial(self) -> None:
+        """Columns an upsert may leave unset must be columns the target takes."""
+        fields = [*IGNORE_NULL_LISTS]
+        if isinstance(self.columns_to_update, list):
+            fields.append("columns_to_update")
+        for field in fields:
+            excluded = [
+                c
+                for c in getattr(self, field) or []
+                if c not in self.keys and not self._selected(c)
+            ]
+            if excluded:
+                raise ColumnNotSelectedError(field=field, columns=excluded)
+
+    def _selected(self, column: str) -> bool:
+        """Whether ``column_list`` / ``except_column_list`` let ``column`` into the target."""
+        if self.column_list is not None:
+            return column in self.column_list
+        return column not in (self.except_column_list or [])
 
     def _check_track_history(self) -> None:
         """A track-history list may name only selected, non-key columns."""
@@ -226,6 +278,52 @@ class FlowSpec(BaseModel):
     def pseudo_columns(self) -> tuple[str, ...]:
         """Columns that drive the flow and are stored only when ``column_list`` names them."""
         return change_rows.PSEUDO_COLUMNS if change_rows.is_auto(self) else ()
+
+    @property
+    def sets_columns(self) -> bool:
+        """Whether an upsert of this flow may leave columns unset (a partial upsert)."""
+        return (
+            self.columns_to_update is not None
+            or self.ignore_null_updates
+            or any(getattr(self, f) is not None for f in IGNORE_NULL_LISTS)
+        )
+
+    @property
+    def partial(self) -> bool:
+        """Whether the flow declares its target partial (its state records which columns
+        each upsert set): see docs/semantics.md, partial upserts."""
+        return self.partial_target or self.sets_columns
+
+    @property
+    def columns_to_update_column(self) -> str | None:
+        """The feed's column that lists, per row, the columns it sets (never stored)."""
+        return self.columns_to_update if isinstance(self.columns_to_update, str) else None
+
+    def ignores_null(self, column: str) -> bool:
+        """Whether a NULL in ``column`` means "not set" rather than "set to NULL"."""
+        if self.ignore_null_updates_column_list is not None:
+            return column in self.ignore_null_updates_column_list
+        if self.ignore_null_updates_except_column_list is not None:
+            return column not in self.ignore_null_updates_except_column_list
+        return self.ignore_null_updates
+
+    def sets(self, column: str, present: bool) -> Column:
+        """Whether an upsert sets value column ``column``: the flow's feed carries it
+        (``present``), ``columns_to_update`` names it, and it is not a NULL that the
+        ignore-null options read as "not set". Only for a partial target."""
+        if not present:
+            return F.lit(False)
+        if isinstance(self.columns_to_update, list) and column not in self.columns_to_update:
+            return F.lit(False)
+        listed = F.lit(True)
+        if self.columns_to_update_column is not None:
+            named = F.col(ident(self.columns_to_update_column))
+            listed = named.isNull() | F.coalesce(
+                F.array_contains(named, F.lit(column)), F.lit(False)
+            )
+        if self.ignores_null(column):
+            listed = listed & F.col(ident(column)).isNotNull()
+        return listed
 
     def sequence_column(self) -> Column:
         """The sequence as one orderable value (a struct for a list of columns, or for
@@ -265,6 +363,14 @@ class FlowSpec(BaseModel):
         }
         if isinstance(self.sequence_by, list):
             named["sequence_by"] = (self.sequence_by, columns)
+        for field in IGNORE_NULL_LISTS:
+            named[field] = (getattr(self, field), known)
+        if self.columns_to_update is not None:
+            listed = self.columns_to_update_column
+            named["columns_to_update"] = (
+                [listed] if listed is not None else self.columns_to_update,
+                columns if listed is not None else known,
+            )
         for field, (names, available) in named.items():
             unknown = [c for c in names or [] if c not in available]
             if unknown:
@@ -274,6 +380,12 @@ class FlowSpec(BaseModel):
             if is_unreliable_key(types[key]):
                 raise InvalidKeyTypeError(column=key, type=types[key].simpleString())
         excluded = set(never_stored)
+        listing = self.columns_to_update_column
+        if listing is not None:
+            found = types[listing]
+            if not (isinstance(found, ArrayType) and isinstance(found.elementType, StringType)):
+                raise InvalidColumnsToUpdateError(column=listing, type=found.simpleString())
+            excluded.add(listing)
         if self.column_list is not None:
             payload = [c for c in self.column_list if c not in excluded]
         else:

@@ -5,8 +5,9 @@ upsert (``__autocdc_ups``), of the latest delete or truncate (``__autocdc_del``)
 collected-tombstone horizon the key was (re)created above (``__autocdc_floor``), a hash of
 the winning upsert's values (``__autocdc_hash``: an equal-sequence upsert with the same
 hash is a duplicate, another one a tie that the target MERGE settles against the values
-the target holds), and, for ``ignore_null_updates``, the sequence each column was last
-set at. A live key's values are in the target; a dead key's are gone, as they should be.
+the target holds), and, for a partial target (one that takes upserts setting only some
+columns), the sequence each column was last set at. A live key's values are in the
+target; a dead key's are gone, as they should be.
 
 The table is append-only between compactions: a batch appends the new row of each key
 it changes, and a key's current row is its row of the greatest ``__autocdc_batch``.
@@ -20,7 +21,12 @@ another writer (or another process) committed since.
 
 SCD type 2 keeps its change log in the same table (``__autocdc_kind = 'E'``, see
 :mod:`autocdc.engine.scd2`): there the values are history, and the target cannot re-split
-a version without them.
+a version without them; for a partial target each logged upsert also lists the columns
+it set (``__autocdc_sets``).
+
+Whether a target is partial is part of its definition, fixed when its tables are
+created, whichever of its flows creates them: every flow into one target shares this
+table, so its layout cannot depend on the flow that happens to run first.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     LongType,
@@ -53,6 +60,7 @@ HASH = "__autocdc_hash"
 LIVE = "__autocdc_live"
 BATCH = "__autocdc_batch"
 UPDATED_AT = "__autocdc_updated_at"
+SETS = "__autocdc_sets"  # SCD type 2, partial target: the value columns an upsert set
 TOMBSTONES = "__autocdc_tombstones"
 ROWS = "__autocdc_rows"  # state rows in the table, superseded ones included
 KEYS = "__autocdc_keys"  # keys with a state row (live or tombstone)
@@ -67,18 +75,20 @@ FORMAT = "2"  # sequences only; format 1 (before it was written) kept every row'
 PROP_KEYS = "autocdc.keys"
 PROP_SEQUENCE = "autocdc.sequenceType"
 PROP_SCD_TYPE = "autocdc.scdType"
+PROP_PARTIAL = "autocdc.partial"
+# Before partial upserts, ignore_null_updates alone made a target partial (same layout).
 PROP_IGNORE_NULL_UPDATES = "autocdc.ignoreNullUpdates"
 DEFINITION_FIELDS = {
     "keys": PROP_KEYS,
     "sequence type": PROP_SEQUENCE,
     "stored_as_scd_type": PROP_SCD_TYPE,
-    "ignore_null_updates": PROP_IGNORE_NULL_UPDATES,
 }
 
 # Working-column names: a fixed one is `__autocdc_<word>` (no double underscore after the
 # prefix); one derived from a user column is `__autocdc_<family>__<name>`. User columns
 # may not start with `__autocdc`, so no user column and no two working columns collide.
 COLUMN_SEQ_FAMILY = "s"
+SET_FAMILY = "set"
 
 
 def derived(family: str, name: str) -> str:
@@ -87,8 +97,13 @@ def derived(family: str, name: str) -> str:
 
 
 def column_seq(name: str) -> str:
-    """Per-column sequence (``ignore_null_updates``): when ``name`` was last set."""
+    """Per-column sequence (SCD type 1, partial target): when ``name`` was last set."""
     return derived(COLUMN_SEQ_FAMILY, name)
+
+
+def set_flag(name: str) -> str:
+    """A staged change's flag: whether the upsert sets column ``name`` (partial target)."""
+    return derived(SET_FAMILY, name)
 
 
 def comparable(name: str, data_type: DataType, source: Column | None = None) -> Column:
@@ -118,8 +133,18 @@ class Layout:
     values: list[StructField]  # non-key target columns, in the target's order
     tie_order: list[str]  # value names: column_list order, else sorted by name
     sequence: DataType
-    per_column_sequences: bool
+    partial: bool  # upserts may leave columns unset: the state records which they set
     log_values: bool = False  # SCD type 2: the state holds the change log, values included
+
+    @property
+    def per_column_sequences(self) -> bool:
+        """SCD type 1 on a partial target: a sequence per column in each state row."""
+        return self.partial and not self.log_values
+
+    @property
+    def logs_sets(self) -> bool:
+        """SCD type 2 on a partial target: each logged upsert lists the columns it set."""
+        return self.partial and self.log_values
 
     @property
     def key_names(self) -> list[str]:
@@ -145,6 +170,22 @@ class Layout:
             ]
         )
 
+    def identity(self) -> Column:
+        """What makes two upserts of one key and sequence the same change: the values as
+        ties compare them, and on a partial target which columns it sets (the value of a
+        column it does not set is no part of it)."""
+        if not self.partial:
+            return self.tie()
+        return F.struct(
+            *[
+                F.struct(
+                    col(set_flag(f.name)),
+                    F.when(col(set_flag(f.name)), comparable(f.name, f.dataType)),
+                ).alias(f.name)
+                for f in self.tie_fields
+            ]
+        )
+
     def tie_sql(self, alias: str) -> str:
         """SQL of :meth:`tie` over the columns of ``alias``."""
         fields = [comparable_sql(f.name, f.dataType, alias) for f in self.tie_fields]
@@ -159,6 +200,8 @@ class Layout:
         fields += [StructField(UPS, seq), StructField(DEL, seq), StructField(FLOOR, seq)]
         if self.per_column_sequences:
             fields += [StructField(column_seq(v), seq) for v in self.value_names]
+        if self.logs_sets:
+            fields.append(StructField(SETS, ArrayType(StringType())))
         fields += [
             StructField(HASH, LongType()),
             StructField(LIVE, BooleanType()),
@@ -246,6 +289,12 @@ def stored_definition(spark: SparkSession, table: str) -> dict[str, str]:
 
 def stored_keys(definition: dict[str, str]) -> list[str]:
     return json.loads(definition[PROP_KEYS])
+
+
+def stored_partial(definition: dict[str, str]) -> bool:
+    """Whether the stored target is partial (a state table from before partial upserts
+    was, exactly when its flow ignored NULL updates)."""
+    return definition.get(PROP_PARTIAL, definition.get(PROP_IGNORE_NULL_UPDATES)) == "true"
 
 
 def state_rows(spark: SparkSession, table: str) -> DataFrame:
