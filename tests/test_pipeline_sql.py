@@ -383,3 +383,36 @@ def test_message_says_where_and_what_to_do() -> None:
     message = str(error("AUTO CDC INTO t FROM s SEQUENCE BY ts"))
     assert message.startswith("[AUTOCDC_PIPELINE_SQL_SYNTAX] p.sql:1:24: unexpected `SEQUENCE`")
     assert "Expected one of: KEYS" in message
+
+
+def test_once_flow() -> None:
+    """AUTO CDC ONCE INTO: a backfill, its source read as one batch (STREAM or not)."""
+    for source in ("s", "STREAM(s)"):
+        flow = one(f"CREATE FLOW f AS AUTO CDC ONCE INTO t FROM {source} KEYS (id) SEQUENCE BY ts")
+        assert (flow.name, flow.target, flow.once, flow.streaming) == ("f", "t", True, False)
+    assert cdc("SEQUENCE BY ts").once is False
+
+
+@pytest.mark.parametrize(
+    ("clauses", "expected"),
+    [
+        ("COLUMNS TO UPDATE cols SEQUENCE BY ts", ("cols", None, None, False)),
+        ("COLUMNS TO UPDATE (a, `b c`) COLUMNS a, `b c`", (["a", "b c"], None, None, False)),
+        ("IGNORE NULL UPDATES ON a, b SEQUENCE BY ts", (None, ["a", "b"], None, False)),
+        ("IGNORE NULL UPDATES ON * EXCEPT (c) COLUMNS TO UPDATE u", ("u", None, ["c"], False)),
+        ("IGNORE NULL UPDATES COLUMNS a", (None, None, None, True)),
+    ],
+)
+def test_partial_upsert_clauses(clauses: str, expected: tuple) -> None:
+    flow = cdc(clauses)
+    assert (
+        flow.columns_to_update,
+        flow.ignore_null_updates_column_list,
+        flow.ignore_null_updates_except_column_list,
+        flow.ignore_null_updates,
+    ) == expected
+
+
+def test_columns_to_update_given_twice() -> None:
+    err = error("AUTO CDC INTO t FROM s KEYS (id) COLUMNS TO UPDATE a COLUMNS TO UPDATE b")
+    assert "COLUMNS TO UPDATE" in err.params["problem"]

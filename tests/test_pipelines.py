@@ -14,10 +14,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT
 
-from autocdc.pipelines import cli, errors, project, runner, scaffold
+from autocdc.pipelines import cli, errors, graph, project, registry, runner, scaffold
 from autocdc.sources.errors import TableNotFoundError
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
@@ -440,3 +441,94 @@ def test_dry_run_resolves_and_writes_nothing(spark, tmp_path, database, monkeypa
     assert "4 datasets (changes, " in out and "nothing written" in out
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
     assert not (tmp_path / "storage").exists()
+
+
+ORDERS_EXAMPLE = ROOT / "pipelines" / "orders"
+# The columns of `orders` after its key, as the reference's values; which a producer sets.
+ORDER_COLUMNS = ["customer", "status", "amount", "shipped_at", "carrier"]
+SHOP_SETS = frozenset({0, 1, 2})
+
+
+def order_changes(folder: Path) -> list[Change]:
+    """The example's change files as the reference sees them: shop and backfill rows set
+    the order's columns, a scan those its `updated_fields` lists (NULL: both of its)."""
+    changes = []
+    for path in sorted(folder.glob("*/*.json")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            values = tuple(row.get(c) for c in ORDER_COLUMNS)
+            if path.parent.name == "shipping":
+                listed = row["updated_fields"] or ORDER_COLUMNS[3:]
+                sets = frozenset(ORDER_COLUMNS.index(c) for c in listed)
+                changes.append(Change(row["order_id"], row["scanned_at"], UPSERT, values, sets))
+            else:
+                op = DELETE if row["op"] == "D" else UPSERT
+                changes.append(Change(row["order_id"], row["updated_at"], op, values, SHOP_SETS))
+    return changes
+
+
+def order_rows(spark, table: str) -> dict:
+    """Key -> values as the change files write them (times formatted in the session's
+    time zone, UTC, as they were read)."""
+    shipped = F.date_format("shipped_at", "yyyy-MM-dd'T'HH:mm:ss").alias("shipped_at")
+    amount = F.col("amount").cast("double").alias("amount")
+    rows = spark.table(table).select("order_id", "customer", "status", amount, shipped, "carrier")
+    return {r.order_id: tuple(r[c] for c in ORDER_COLUMNS) for r in rows.collect()}
+
+
+def test_orders_example_once_flow_over_two_runs_and_a_full_refresh(spark, tmp_path, database):
+    """pipelines/orders on a copy: the shop's full rows, the warehouse's partial scans
+    and a once backfill into one table. Run 1 applies all three (the second change files
+    held back); run 2 the new change files, not a backfill file added meanwhile (the once
+    flow ran); a full refresh runs the backfill again, with that file. Each time the
+    table is the reference fold of what was applied."""
+    root = tmp_path / "orders"
+    shutil.copytree(ORDERS_EXAMPLE, root, ignore=shutil.ignore_patterns("storage", "warehouse"))
+    spec = root / "spark-pipeline.yml"
+    spec.write_text(spec.read_text().replace("database: orders_demo", f"database: {database}"))
+    held = tmp_path / "held"
+    for producer in ("shop", "shipping"):
+        (held / producer).mkdir(parents=True)
+        (root / "data" / producer / "batch-2.json").rename(held / producer / "batch-2.json")
+    table = f"{database}.orders"
+
+    run(spark, spec)
+    assert order_rows(spark, table) == fold_scd1(order_changes(root / "data"), partial=True)
+
+    for producer in ("shop", "shipping"):
+        (held / producer / "batch-2.json").rename(root / "data" / producer / "batch-2.json")
+    late = '{"order_id": 5, "customer": "eve", "status": "placed", "amount": 9.5, "op": "U", '
+    (root / "data" / "backfill" / "late.json").write_text(
+        late + '"updated_at": "2026-03-01T08:00:00"}\n'
+    )
+    run(spark, spec)
+    applied = [c for c in order_changes(root / "data") if c.key != 5]
+    assert order_rows(spark, table) == fold_scd1(applied, partial=True)
+    assert 5 not in order_rows(spark, table)
+
+    run(spark, spec, full_refresh={"orders"})
+    assert order_rows(spark, table) == fold_scd1(order_changes(root / "data"), partial=True)
+    assert order_rows(spark, table)[1] == ("ada", "shipped", 30.0, "2026-03-01T12:00:00", "FedEx")
+
+
+def test_flows_into_one_target_share_whether_it_is_partial_and_what_it_tracks(spark):
+    """One partial flow makes every flow into its target declare the target partial (the
+    state they share is created by whichever runs first); SCD2 flows must track the same
+    columns (whichever runs recomputes the history)."""
+    flows = registry.Registry(spark)
+    flows.add_dataset(registry.Dataset("t", "streaming_table", "t.py:1"))
+    common = {"keys": ["id"], "sequence_by": "seq", "stored_as_scd_type": 2}
+    for name, extra in (("full", {}), ("partial", {"columns_to_update": ["a"]})):
+        flows.add_flow(registry.CdcFlow(name, "t", "s", f"t.py:{name}", {**common, **extra}))
+    resolved = graph.check_targets(flows)
+    assert [f.options.get("partial_target") for f in resolved["t"]] == [True, True]
+    assert graph.engine_flow(resolved["t"][0], "t").partial
+
+    flows.add_flow(
+        registry.CdcFlow(
+            "other", "t", "s", "t.py:9", {**common, "track_history_column_list": ["a"]}
+        )
+    )
+    with pytest.raises(errors.FlowsDisagreeError) as raised:
+        graph.check_targets(flows)
+    assert raised.value.params["field"] == "track_history_column_list"

@@ -38,10 +38,13 @@ __all__ = [
 def create_auto_cdc_flow(
     *, target: str, source: str, name: str | None = None, once: bool = False, **options: Any
 ) -> None:
-    """Apply the change feed ``source`` (a dataset or table, read as a stream unless
-    ``once``) to the streaming table ``target``; ``options`` are ``AutoCdcFlow``'s.
+    """Apply the change feed ``source`` (a dataset or table) to the streaming table
+    ``target``; ``options`` are ``AutoCdcFlow``'s (``columns_to_update`` and the ignore-null
+    lists for partial upserts included).
 
-    The declaration is checked here, so a bad option names this line.
+    ``once``: a backfill. ``source`` is read as one batch by the pipeline's first run, and
+    again only after a full refresh of ``target``; a streaming flow into the same target
+    goes on beside it. The declaration is checked here, so a bad option names this line.
     """
     from autocdc.pipelines.registry import CdcFlow, where
 
@@ -55,6 +58,7 @@ def create_auto_cdc_flow(
             where=where(location),
             options=options,
             streaming=not once,
+            once=once,
         )
     )
 

@@ -11,6 +11,7 @@ waiting means a cycle.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import graphlib
 import re
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
-from autocdc import AutoCdcError, AutoCdcFlow, DefinitionChangedError
+from autocdc import AutoCdcError, AutoCdcFlow, DefinitionChangedError, TargetNotPartialError
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
     CycleError,
@@ -87,9 +88,9 @@ def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
 
 
 def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
-    """The change feed of a CDC flow; a Delta change data feed's pre-images are dropped
-    (each update's post-image carries the change)."""
-    reader = spark.readStream if flow.streaming else spark.read
+    """The change feed of a CDC flow (a once flow's as one batch); a Delta change data
+    feed's pre-images are dropped (each update's post-image carries the change)."""
+    reader = spark.readStream if flow.streaming and not flow.once else spark.read
     df = reader.table(flow.source)
     if CHANGE_TYPE in df.columns:
         df = df.where(F.col(CHANGE_TYPE) != "update_preimage")
@@ -106,7 +107,8 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
     if isinstance(flow, QueryFlow):
         return df
     engine = engine_flow(flow, flow.target)
-    excepted = [*(engine.except_column_list or []), *engine.pseudo_columns]
+    listing = engine.columns_to_update_column
+    excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
     keep = engine.column_list or [c for c in df.columns if c not in excepted]
     out = df.select(*[F.col(f"`{c}`") for c in keep])
     if engine.stored_as_scd_type == 2:
@@ -116,7 +118,9 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
     return out
 
 
-def _check_targets(registry: Registry) -> dict[str, list[Flow]]:
+def check_targets(registry: Registry) -> dict[str, list[Flow]]:
+    """Every flow's target, per dataset, checked: it exists and takes the flow, and the
+    AUTO CDC flows into it agree; each of those declares the target partial when one is."""
     flows: dict[str, list[Flow]] = {name: [] for name in registry.datasets}
     for flow in registry.flows.values():
         dataset = registry.datasets.get(flow.target)
@@ -132,14 +136,30 @@ def _check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 what="AUTO CDC flows" if isinstance(flow, CdcFlow) else "Append flows",
             )
         flows[dataset.name].append(flow)
-    for into in flows.values():
-        _check_agree([f for f in into if isinstance(f, CdcFlow)])
+    for name, into in flows.items():
+        cdc = [f for f in into if isinstance(f, CdcFlow)]
+        _check_agree(cdc)
+        if any(engine_flow(f, f.target).partial for f in cdc):
+            flows[name] = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
     return flows
 
 
+def _partial(flow: CdcFlow) -> CdcFlow:
+    """The flow declaring its target partial: one flow of the target has partial upserts,
+    so the target's state, which every flow into it shares, must record which columns
+    each upsert set, whichever flow creates it."""
+    return dataclasses.replace(flow, options={**flow.options, "partial_target": True})
+
+
 # What the flows into one target share through its state table (the source, sequence,
-# delete condition and column selection are each flow's own).
-_SHARED = {"keys": None, "stored_as_scd_type": 1}
+# delete condition and column selection are each flow's own), and for SCD type 2 which
+# columns open a version (the history is recomputed by whichever flow runs).
+_SHARED = {
+    "keys": None,
+    "stored_as_scd_type": 1,
+    "track_history_column_list": None,
+    "track_history_except_column_list": None,
+}
 
 
 def _shared(flow: CdcFlow, name: str, default: object) -> object:
@@ -193,7 +213,7 @@ def resolve(
 ) -> Graph:
     """Check every flow and order the datasets; raise the first problem found. Datasets
     for which ``fresh`` holds are checked as new (a full refresh will drop them)."""
-    flows = _check_targets(registry)
+    flows = check_targets(registry)
     names = {_last(n): n for n in registry.datasets}
     waiting = dict(registry.datasets)
     reads: dict[str, set[str]] = {}
@@ -267,9 +287,9 @@ def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:
 
 def _in_pipeline(error: AutoCdcError, dataset: str) -> AutoCdcError:
     """``error`` with the remedy a pipeline's user runs (not a flow object's call)."""
-    if isinstance(error, DefinitionChangedError):
+    if isinstance(error, DefinitionChangedError | TargetNotPartialError):
         remedy = (
             f"`autocdc run --full-refresh {dataset}` (`full_refresh={{'{dataset}'}}` in dp.run)"
         )
-        return DefinitionChangedError(**{**error.params, "remedy": remedy})
+        return type(error)(**{**error.params, "remedy": remedy})
     return error

@@ -68,7 +68,11 @@ class QueryFlow:
 @dataclass(frozen=True)
 class CdcFlow:
     """An AUTO CDC flow: ``source`` applied to ``target`` by an ``autocdc.AutoCdcFlow``
-    built from ``options`` (every ``AutoCdcFlow`` parameter but target and name)."""
+    built from ``options`` (every ``AutoCdcFlow`` parameter but target and name).
+
+    ``streaming``: the source is read as a stream (else as one batch, every run).
+    ``once``: a backfill, read as one batch by the first run and after a full refresh of
+    its target only (the runner records in its checkpoint folder that it ran)."""
 
     name: str
     target: str
@@ -76,6 +80,7 @@ class CdcFlow:
     where: str
     options: dict[str, Any]
     streaming: bool = True
+    once: bool = False
 
 
 Flow = QueryFlow | CdcFlow
@@ -218,6 +223,9 @@ class Registry(GraphElementRegistry):
                     "track_history_column_list",
                     "track_history_except_column_list",
                     "ignore_null_updates",
+                    "ignore_null_updates_column_list",
+                    "ignore_null_updates_except_column_list",
+                    "columns_to_update",
                 )
             }
             self.add_flow(
@@ -228,6 +236,7 @@ class Registry(GraphElementRegistry):
                     where=at,
                     options={k: v for k, v in options.items() if v is not None},
                     streaming=statement.streaming,
+                    once=statement.once,
                 )
             )
 

@@ -13,6 +13,11 @@ Exactly once: Spark replays a micro-batch whose commit it did not record, with t
 id and the same input. The id of the last batch applied is kept beside the checkpoint,
 so a replay is skipped; a crash between the apply and that note replays the batch into
 the engine, where a repeated change is a no-op by design.
+
+A once flow (a backfill) applies its source as one batch, then notes in its checkpoint
+folder that it ran; later runs skip it. A full refresh of its target removes the folder,
+so the next run applies it again; a run killed before the note applies it again too,
+and the engine absorbs the repeated changes.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from autocdc.pipelines.project import Project
 from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow
 
 APPLIED = "autocdc-applied-batch"
+RAN_ONCE = "autocdc-ran-once"  # a once flow's note: it ran, since its last full refresh
 
 
 @dataclass
@@ -233,6 +239,10 @@ class Runner:
         self, flow: Flow, dataset: Dataset, target: str, options: Options
     ) -> StreamingQuery | None:
         checkpoint = self.project.checkpoint(flow.name)
+        ran = checkpoint / RAN_ONCE
+        if isinstance(flow, CdcFlow) and flow.once and ran.is_file():
+            say(f"flow {flow.name}: ran once already (a full refresh of {target} runs it again)")
+            return None
         with _conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
             self._started(flow.name, target, df)
@@ -246,6 +256,9 @@ class Runner:
                 engine = g.engine_flow(flow, target)
                 if not df.isStreaming:  # a batch source: the whole table is one batch
                     self._applied(flow.name, target, self._apply(engine, df), None)
+                    if flow.once:
+                        checkpoint.mkdir(parents=True, exist_ok=True)
+                        ran.touch()
                     self._stopped(flow.name, target)
                     return None
                 writer = df.writeStream.foreachBatch(self._applier(engine, target, checkpoint))

@@ -41,7 +41,8 @@ set_conf: "SET"i set_key "=" query
 _refresh: "OR"i "REFRESH"i
 _replace: "OR"i ("REFRESH"i | "REPLACE"i)
 _create_flow: "CREATE"i "FLOW"i name comment? "AS"i
-_cdc_into: ("AUTO"i "CDC"i | "APPLY"i "CHANGES"i) "INTO"i
+_cdc_into: ("AUTO"i "CDC"i | "APPLY"i "CHANGES"i) once? "INTO"i
+once: "ONCE"i
 
 schema: "(" _inner ")"
 _clause: comment | partition_cols | cluster_by | properties | format
@@ -55,12 +56,14 @@ format: "USING"i IDENT
 source: STREAM "(" name ")" | STREAM? name
 keys: "KEYS"i "(" _columns ")"
 _cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
-    | columns | stored_as_scd_type | track_history
-ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i
+    | columns | stored_as_scd_type | track_history | columns_to_update
+ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i ("ON"i _selection)?
 apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
 apply_as_truncates: "APPLY"i "AS"i "TRUNCATE"i "WHEN"i expr
 sequence_by: "SEQUENCE"i "BY"i expr
 columns: "COLUMNS"i _selection
+// a column of the feed listing, per row, the columns it sets; or (a, b): those columns
+columns_to_update: "COLUMNS"i "TO"i "UPDATE"i (column | "(" column_list ")")
 track_history: "TRACK"i "HISTORY"i "ON"i _selection
 _selection: column_list | "(" column_list ")" | "*" ("EXCEPT"i "(" except_list ")")?
 column_list: _columns
@@ -161,6 +164,10 @@ class AutoCdcStatement:
     track_history_except_column_list: list[str] | None
     ignore_null_updates: bool
     location: Location
+    once: bool = False  # AUTO CDC ONCE: a backfill, run by the first run (and full refreshes)
+    columns_to_update: list[str] | str | None = None  # COLUMNS TO UPDATE col | (a, b)
+    ignore_null_updates_column_list: list[str] | None = None  # IGNORE NULL UPDATES ON a, b
+    ignore_null_updates_except_column_list: list[str] | None = None  # ... ON * EXCEPT (a)
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,7 @@ _READABLE = {
     "FLOW": "FLOW",
     "AUTO": "AUTO CDC INTO",
     "IGNORE": "IGNORE NULL UPDATES",
+    "ONCE": "ONCE",
     "APPLY": "APPLY AS ... WHEN",
     "SEQUENCE": "SEQUENCE BY",
     "COLUMNS": "COLUMNS",
@@ -216,6 +224,7 @@ _CLAUSE_WORDS = {
     "apply_as_truncates": "APPLY AS TRUNCATE WHEN",
     "sequence_by": "SEQUENCE BY",
     "columns": "COLUMNS",
+    "columns_to_update": "COLUMNS TO UPDATE",
     "stored_as_scd_type": "STORED AS",
     "track_history": "TRACK HISTORY ON",
 }
@@ -334,11 +343,14 @@ class _Builder(Transformer):
             )  # fmt: skip
         columns, except_columns = (c.get("columns") or [(None, None)])[0]
         track, except_track = (c.get("track_history") or [(None, None)])[0]
+        ignoring, except_ignoring = (c.get("ignore_null_updates") or [(None, None)])[0]
+        (to_update,) = c.get("columns_to_update", [None])
+        once = "once" in c
         return AutoCdcStatement(
             name=names[0],
             target=names[-1],
             source=c["source"][-1],
-            streaming=len(c["source"]) == 2,
+            streaming=len(c["source"]) == 2 and not once,
             keys=c["keys"],
             sequence_by=_first(c, "sequence_by"),
             apply_as_deletes=_first(c, "apply_as_deletes"),
@@ -348,8 +360,12 @@ class _Builder(Transformer):
             stored_as_scd_type=int(scd_type),
             track_history_column_list=track,
             track_history_except_column_list=except_track,
-            ignore_null_updates="ignore_null_updates" in c,
+            ignore_null_updates="ignore_null_updates" in c and c["ignore_null_updates"] == [],
             location=self._loc(meta),
+            once=once,
+            columns_to_update=to_update[0] if isinstance(to_update, tuple) else to_update,
+            ignore_null_updates_column_list=ignoring,
+            ignore_null_updates_except_column_list=except_ignoring,
         )
 
     def set_conf(self, meta: Meta, children: list[Any]) -> SetConf:
