@@ -7,6 +7,11 @@ ROWS_JSON is one batch (a list of rows) or ``{"batches": [batch, ...]}``: severa
 applied in turn by one process, the crash point armed for the last one only. A ``"before":
 {"target": ..., "scd_type": ..., "batches": [...]}`` entry is applied in full first, to its
 own target: one process (one Spark start) then serves two kill chains.
+
+``{"two_flows": {"targets": {name: scd_type}, "first": batch, "A": batch, "B": batch}}``:
+two flows into each target (:func:`two_flows`: A full rows, B partial upserts); A's
+``first`` batch is applied to every target, then every target's A and B batches run at
+once, each in a thread of its own session, with the crash point armed for all of them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 
 from conftest import SUBPROCESS_CONF
@@ -23,11 +29,67 @@ import autocdc
 from autocdc.engine.faults import CRASH_ENV
 
 SCHEMA = "id int, a string, b int, op string, seq long"
+# The partial producer: sets b and c (those its row's `cols` lists; NULL: both), on its
+# own sequence column, deleting with its own condition.
+PARTIAL_SCHEMA = "id int, b int, c string, kind string, n long, cols array<string>"
+
+
+def two_flows(target: str, scd_type: int) -> dict[str, autocdc.AutoCdcFlow]:
+    """Two producers into one target: A's full rows, B's partial upserts."""
+    full = autocdc.AutoCdcFlow(
+        target=target,
+        name=f"{target}_a",
+        keys=["id"],
+        sequence_by="seq",
+        apply_as_deletes="op = 'D'",
+        except_column_list=["op", "seq"],
+        stored_as_scd_type=scd_type,
+        partial_target=True,
+    )
+    partial = autocdc.AutoCdcFlow(
+        target=target,
+        name=f"{target}_b",
+        keys=["id"],
+        sequence_by="n",
+        apply_as_deletes="kind = 'D'",
+        except_column_list=["kind", "n"],
+        columns_to_update="cols",
+        stored_as_scd_type=scd_type,
+    )
+    return {"A": full, "B": partial}
+
+
+def run_two_flows(spark: SparkSession, plan: dict, crash_at: str | None) -> None:
+    """A's first batch into every target, then all A and B batches at once (armed)."""
+    schemas = {"A": SCHEMA, "B": PARTIAL_SCHEMA}
+    targets = {name: int(scd) for name, scd in plan["targets"].items()}
+    for target, scd_type in targets.items():
+        two_flows(target, scd_type)["A"].apply(spark.createDataFrame(plan["first"], SCHEMA))
+    if crash_at:
+        os.environ[CRASH_ENV] = crash_at
+
+    def run(target: str, scd_type: int, flow: str) -> None:
+        session = spark.newSession()
+        batch = session.createDataFrame([tuple(r) for r in plan[flow]], schemas[flow])
+        retry_lost(lambda: two_flows(target, scd_type)[flow].apply(batch))
+
+    threads = [
+        threading.Thread(target=run, args=(target, scd_type, flow))
+        for target, scd_type in targets.items()
+        for flow in ("A", "B")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
     spark = autocdc.spark_session(warehouse=warehouse, conf=SUBPROCESS_CONF)
     payload = json.loads(rows_json)
+    if isinstance(payload, dict) and "two_flows" in payload:
+        run_two_flows(spark, payload["two_flows"], os.environ.pop(CRASH_ENV, None))
+        return
     batches = payload["batches"] if isinstance(payload, dict) else [payload]
     crash_at = os.environ.pop(CRASH_ENV, None)
     before = payload.get("before") if isinstance(payload, dict) else None

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import crash_worker
 import pytest
 from conftest import error_tail, explore
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
@@ -157,3 +158,73 @@ def test_random_kills_then_other_batches_converge(spark, tmp_path, scd_type):
         assert sorted(versions, key=repr) == sorted(fold_scd2(EVERYTHING), key=repr), story
     quarantine = spark.read.format("delta").load(str(tmp_path / f"{target}__autocdc_quarantine"))
     assert [r.reason for r in quarantine.collect()] == ["AUTOCDC_NULL_KEY"], story
+
+
+# Two producers into one partial target (crash_worker.two_flows): A sends full rows of
+# (a, b), B partial upserts of (b, c), each row listing the columns it sets (None: both).
+def partial_rows(changes: list[tuple[Change, list[str] | None]]) -> list[tuple]:
+    return [(c.key, *(c.values or (None,) * 3)[1:], c.op, c.seq, cols) for c, cols in changes]
+
+
+def partial_reference(changes: list[tuple[Change, list[str] | None]]) -> list[Change]:
+    index = {"b": 1, "c": 2}
+    return [
+        Change(
+            c.key,
+            c.seq,
+            c.op,
+            c.values,
+            frozenset(index[n] for n in (index if cols is None else cols)),
+        )
+        for c, cols in changes
+    ]
+
+
+def full_reference(changes: list[Change]) -> list[Change]:
+    return [Change(c.key, c.seq, c.op, (*c.values, None), frozenset({0, 1})) for c in changes]
+
+
+FIRST = [Change(1, 1, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1))]
+A_THEN = [Change(1, 4, UPSERT, ("a4", 4)), Change(2, 6, DELETE), Change(3, 2, UPSERT, ("c2", 2))]
+A_LATER = [Change(2, 8, UPSERT, ("b8", None)), Change(3, 5, UPSERT, ("c5", 5))]
+B_THEN = [
+    (Change(1, 3, UPSERT, (None, 30, "x3")), None),  # sets b and c; A sets b again at 4
+    (Change(2, 5, UPSERT, (None, 50, "y5")), ["c"]),  # c only: b stays 1, until A's delete
+    (Change(3, 3, UPSERT, (None, 33, "z3")), ["b"]),
+]
+B_LATER = [
+    (Change(1, 4, UPSERT, (None, 40, None)), ["b"]),  # ties A's b at 4: 40 > 4 wins
+    (Change(2, 9, UPSERT, (None, None, "y9")), ["c"]),  # after A's reinsert at 8
+    (Change(3, 4, DELETE), None),  # between A's upserts at 2 and 5: wipes B's b at 3
+]
+
+
+@pytest.mark.slow
+def test_a_kill_during_one_flow_while_the_other_runs_converges(spark, warehouse, new_table):
+    """One process applies A's first batch to an SCD1 and an SCD2 target, then A's and
+    B's next batches into both at once, and is killed as the first of them passes its
+    target commit. Both flows then go on in this session (the killed batches again, and
+    later ones): each target equals the reference fold of every change of both producers.
+    The process writes into this session's warehouse, where the flows find its tables."""
+    targets = {new_table("partial_latest"): 1, new_table("partial_history"): 2}
+    plan = {
+        "targets": targets,
+        "first": rows(FIRST),
+        "A": rows(A_THEN),
+        "B": partial_rows(B_THEN),
+    }
+    code = run(warehouse, "-", {"two_flows": plan}, "after_target_commit")
+    assert code == -signal.SIGKILL
+
+    changes = full_reference(FIRST + A_THEN + A_LATER) + partial_reference(B_THEN + B_LATER)
+    for target, scd_type in targets.items():
+        flows = crash_worker.two_flows(target, scd_type)
+        flows["A"].apply(spark.createDataFrame(rows(A_THEN + A_LATER), crash_worker.SCHEMA))
+        batch = partial_rows(B_THEN + B_LATER)
+        flows["B"].apply(spark.createDataFrame(batch, crash_worker.PARTIAL_SCHEMA))
+        table = spark.table(target).collect()
+        if scd_type == 1:
+            assert {r.id: (r.a, r.b, r.c) for r in table} == fold_scd1(changes)
+        else:
+            got = {(r.id, (r.a, r.b, r.c), r["__START_AT"], r["__END_AT"]) for r in table}
+            assert got == fold_scd2(changes)
