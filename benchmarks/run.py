@@ -9,6 +9,8 @@ autocdc/engine/defaults/). Per configuration: load the snapshot (untimed), apply
 batches one by one, drop the first as warm-up, report medians of the rest. The headline
 ends with a tail of small batches (what a batch costs when there is little to do); the
 SCD2 history workload keeps changing the same keys (does the cost follow the history?).
+The partial-upsert measure compares, on a partial target, a batch of full rows with a
+batch of partial upserts of the same keys.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import measure
 import report
 import workload
 from pyspark.sql import SparkSession
-from systems import AutoCdc, Floor
+from pyspark.sql import functions as F
+from systems import SEQ, AutoCdc, Floor
 from workload import Workload
 
 import autocdc
@@ -48,6 +51,7 @@ TARGETS = {
 }
 SMALL_BATCH_ROWS = 100
 HISTORY_BATCHES = 12  # batch k finds k - 1 earlier batches on the same keys
+PARTIAL_COLUMNS = ["c0", "c1"]  # what the partial producer sends: 2 of the 8 payload columns
 
 
 def headline_workload(
@@ -108,6 +112,49 @@ PROFILES = {
         history(10_000, 1_000),
     ),
 }
+
+
+def partial_vs_full(spark: SparkSession, work: Path, headline: Workload) -> dict[str, Any]:
+    """Cost of a batch of partial upserts against a full-row batch of the same keys, both
+    into one partial target (SCD1) loaded with the headline's snapshot.
+
+    Batches of updates only (no inserts, deletes, late changes or duplicates): a warm-up
+    full-row batch, then a full-row batch (measured), then the same rows as partial
+    upserts of PARTIAL_COLUMNS with newer sequences (measured), from a second flow that
+    reads only those columns, as a producer of them would send them."""
+    w = replace(
+        headline,
+        batches=2,
+        tail_batches=0,
+        insert_share=0.0,
+        delete_share=0.0,
+        late_share=0.0,
+        duplicate_share=0.0,
+    )
+    snapshot_dir, (warmup, full) = workload.write(spark, w, work / "data" / "partial")
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    system = AutoCdc(warehouse, 1, "autocdc_partial", partial=True)
+    system.load(spark.read.parquet(str(snapshot_dir)))
+    system.apply(spark.read.parquet(str(warmup)))
+    rows = spark.read.parquet(str(full))
+    later = rows.agg(F.max(SEQ)).first()[0] + 1
+    narrow = rows.select("id", (F.col(SEQ) + later).alias(SEQ), "op", *PARTIAL_COLUMNS)
+    partial = system.partial_flow(PARTIAL_COLUMNS)
+    costs = {
+        "full": measure.measure(spark, system.table_dirs(), lambda: system.apply(rows)),
+        "partial": measure.measure(spark, system.table_dirs(), lambda: partial.apply(narrow)),
+    }
+    out: dict[str, Any] = {"rows": w.batch_rows, "columns_set": PARTIAL_COLUMNS}
+    for kind, cost in costs.items():
+        out[f"{kind}_s"], out[f"{kind}_bytes"], out[f"{kind}_jobs"] = (
+            cost.seconds,
+            cost.bytes,
+            cost.jobs,
+        )
+    out["seconds_ratio"] = round(out["partial_s"] / out["full_s"], 2)
+    out["bytes_ratio"] = round(out["partial_bytes"] / out["full_bytes"], 2)
+    print(f"  partial vs full: {json.dumps(out)}", file=sys.stderr, flush=True)
+    return out
 
 
 def run_config(
@@ -303,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     history_w = profile.history or (history(1_000, 100) if args.history else None)
     history_w = replace(history_w, seed=args.seed) if history_w else None
     hist = run_config(spark, args.work, history_w, ["scd2"], warmup=True) if history_w else None
+    partial = partial_vs_full(spark, args.work, headline)
     env = machine(spark)
     spark.stop()
 
@@ -318,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     summary = summarize(profile, head, scaling, hist)
+    summary["partial_vs_full"] = partial
     summary["spark_pipelines"] = {
         k: pipelines.get(k) for k in ("status", "error", "seconds_per_batch", "format")
     }

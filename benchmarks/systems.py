@@ -67,20 +67,32 @@ class Floor:
 
 @dataclass
 class AutoCdc:
+    """autocdc into its own target; ``partial``: the target takes partial upserts too."""
+
     warehouse: Path
     scd_type: int = 1
     name: str = ""
+    partial: bool = False
 
     def __post_init__(self) -> None:
         self.name = self.name or f"autocdc_scd{self.scd_type}"
-        self.flow = autocdc.AutoCdcFlow(
+        self.flow = self._flow(self.name, partial_target=self.partial)
+
+    def _flow(self, name: str, **options: object) -> autocdc.AutoCdcFlow:
+        return autocdc.AutoCdcFlow(
             target=self.name,
+            name=name,
             keys=[KEY],
             sequence_by=SEQ,
             apply_as_deletes=f"{OP} = 'D'",
             except_column_list=[OP, SEQ],
             stored_as_scd_type=self.scd_type,
+            **options,
         )
+
+    def partial_flow(self, columns: list[str]) -> autocdc.AutoCdcFlow:
+        """A second flow into the same target whose upserts set ``columns`` only."""
+        return self._flow(f"{self.name}_partial", columns_to_update=columns)
 
     def table_dirs(self) -> list[Path]:
         return [

@@ -2,7 +2,8 @@
 
 The same functions as ``pyspark.pipelines`` (the decorators are pyspark's own), with a
 ``create_auto_cdc_flow`` that takes every ``autocdc.AutoCdcFlow`` parameter: SCD type 2,
-truncates, ``ignore_null_updates``, track-history lists, retention, horizon policy.
+truncates, ``ignore_null_updates`` and partial upserts (``columns_to_update``),
+track-history lists, retention, horizon policy; and ``once`` flows (backfills).
 Library files run by ``autocdc run`` may mix both imports.
 """
 
