@@ -27,7 +27,7 @@ from test_pipelines import run, write_project
 from autocdc.pipelines import cli
 from autocdc.pipelines.checkpoint import FILE, CheckpointFile
 from autocdc.pipelines.errors import PipelineDefinitionError
-from autocdc.pipelines.extraction import LEASES, STAGING, Reader, Step
+from autocdc.pipelines.extraction import LEASES, STAGING, Extracted, Reader, Step
 from autocdc.sources import extract, pgextract
 from autocdc.sources.errors import (
     BadBatchError,
@@ -243,6 +243,8 @@ def test_checkpoints_are_json_kept_exact_and_refused_under_another_definition(tm
     store.write(watermark, checkpoint, rows=3, batches=1)
     assert store.read(watermark, "f", "d") == checkpoint
     assert [p.name for p in tmp_path.iterdir()] == [FILE]  # nothing half-written left
+    logged = Extracted(None, rows=3, batches=1, checkpoint=checkpoint, advanced=True)
+    assert json.loads(json.dumps(logged.position("src")))["offset"]["n"] == {"$decimal": "12.50"}
     with pytest.raises(CheckpointNotJsonError):
         extract.dumps({"at": datetime(2024, 5, 1)}, "src")
     with pytest.raises(ExtractionChangedError) as refused:

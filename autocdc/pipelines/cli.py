@@ -54,8 +54,11 @@ def _extract_options(text: str) -> ExtractionOptions:
     pairs = [item.partition("=") for item in text.split(",") if item.strip()]
     try:
         return ExtractionOptions(**{k.strip(): v.strip() for k, _, v in pairs})
-    except (AutoCdcError, ValidationError) as error:
-        raise argparse.ArgumentTypeError(str(error).splitlines()[0]) from None
+    except AutoCdcError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    except ValidationError as error:
+        said = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise argparse.ArgumentTypeError(said) from None
 
 
 def _parser() -> argparse.ArgumentParser:

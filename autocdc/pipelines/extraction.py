@@ -30,6 +30,7 @@ engine absorbs it.
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ T = TypeVar("T")
 STAGING = "extraction-staging"  # in the flow's checkpoint folder
 LEASES = "extractions"  # in the pipeline's storage folder
 MAX_BACKOFF_SECONDS = 5.0
+SAID = 200  # characters of a checkpoint in the run's output
 
 
 def frame(spark: SparkSession, source: extract.Extraction) -> DataFrame:
@@ -82,7 +84,8 @@ class Extracted(Generic[T]):
 
     def position(self, source: str) -> dict[str, Any]:
         """The run's entry of the event log's ``source_position``."""
-        return {"kind": "extraction", "path": None, "source": source, "offset": self.checkpoint}
+        offset = json.loads(extract.dumps(self.checkpoint))  # a Decimal as extract keeps it
+        return {"kind": "extraction", "path": None, "source": source, "offset": offset}
 
 
 @dataclass(frozen=True)
@@ -139,11 +142,12 @@ class Step:
         advanced = source.keeps_checkpoint and rows > 0 and checkpoint != stored
         if advanced:
             store.write(source, checkpoint, rows, len(batches))
-        self.say(
-            f"flow {self.flow}: extraction {source.name} read {rows} rows in "
-            f"{len(batches)} batches"
-            + (f"; checkpoint {extract.dumps(checkpoint)}" if source.keeps_checkpoint else "")
-        )
+        said = f"flow {self.flow}: extraction {source.name} read {rows} rows"
+        said += f" in {len(batches)} batches"
+        if source.keeps_checkpoint:
+            text = extract.dumps(checkpoint)
+            said += f"; checkpoint {text if len(text) <= SAID else text[:SAID] + '...'}"
+        self.say(said)
         return Extracted(result, rows, len(batches), checkpoint, advanced)
 
 
