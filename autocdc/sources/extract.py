@@ -98,7 +98,9 @@ class Cursor(Protocol):
     ``seed(checkpoint)``; the batches' accumulators are then merged into the next
     checkpoint, so ``merge`` must be associative and commutative (and merging an
     accumulator with one that saw fewer rows must keep what it saw, as a maximum does).
-    Accumulators are JSON values (and Decimal); ``fold`` may change ``acc`` in place."""
+    Accumulators are JSON values (and Decimal); ``fold`` may change ``acc`` in place.
+    Batches are read in threads: the hooks of one cursor run at once, so what a batch
+    learns belongs in its accumulator, never on the cursor."""
 
     def batches(self, checkpoint: Any) -> Iterable[Batch | str]: ...
 
