@@ -2,7 +2,8 @@
 
 The same functions as ``pyspark.pipelines`` (the decorators are pyspark's own), with a
 ``create_auto_cdc_flow`` that takes every ``autocdc.AutoCdcFlow`` parameter: SCD type 2,
-truncates, ``ignore_null_updates``, track-history lists, retention, horizon policy.
+truncates, ``ignore_null_updates``, track-history lists, retention, horizon policy; and
+``create_extraction_source``, a source that queries a database table incrementally.
 Library files run by ``autocdc run`` may mix both imports.
 """
 
@@ -23,10 +24,15 @@ from pyspark.pipelines.source_code_location import get_caller_source_code_locati
 from pyspark.sql import SparkSession
 
 from autocdc import AutoCdcFlow
+from autocdc.sources.extract import Batch as ExtractionBatch
+from autocdc.sources.extract import Extraction, ExtractionOptions
 
 __all__ = [
+    "ExtractionBatch",
+    "ExtractionOptions",
     "append_flow",
     "create_auto_cdc_flow",
+    "create_extraction_source",
     "create_streaming_table",
     "materialized_view",
     "run",
@@ -36,10 +42,18 @@ __all__ = [
 
 
 def create_auto_cdc_flow(
-    *, target: str, source: str, name: str | None = None, once: bool = False, **options: Any
+    *,
+    target: str,
+    source: str,
+    name: str | None = None,
+    once: bool = False,
+    extract_options: ExtractionOptions | None = None,
+    **options: Any,
 ) -> None:
     """Apply the change feed ``source`` (a dataset or table, read as a stream unless
-    ``once``) to the streaming table ``target``; ``options`` are ``AutoCdcFlow``'s.
+    ``once``; or an extraction source, read once per run) to the streaming table
+    ``target``; ``options`` are ``AutoCdcFlow``'s. ``extract_options`` replace the
+    extraction source's own options for this flow (a run's replace both).
 
     The declaration is checked here, so a bad option names this line.
     """
@@ -55,8 +69,44 @@ def create_auto_cdc_flow(
             where=where(location),
             options=options,
             streaming=not once,
+            extract_options=extract_options,
         )
     )
+
+
+def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any) -> None:
+    """Declare ``name``, a source that queries ``table`` of a PostgreSQL database (``dsn``,
+    a libpq connection string) each run; an AUTO CDC flow reads it as ``source=name``.
+
+    ``options``: ``strategy`` (``"WATERMARK"``, the default, ``"CUSTOM"`` or
+    ``"STATELESS"``), ``cdc_order`` (WATERMARK: column names, each optionally followed
+    by ASC or DESC), ``cursor`` (CUSTOM: an object or class with the hooks ``batches``,
+    ``seed``, ``fold`` and ``merge``), ``where`` (a SQL predicate: the rows in scope),
+    ``partitions`` (SQL predicates, one batch each), ``columns`` (Spark DDL: the columns
+    to keep and their types; default: every column, typed as the table implies) and
+    ``options`` (:class:`ExtractionOptions`: concurrency, retries, staging). See
+    docs/sources.md.
+
+    >>> dp.create_extraction_source(  # doctest: +SKIP
+    ...     name="orders_src", dsn=DSN, table="public.orders", cdc_order=["updated_at"])
+    >>> dp.create_auto_cdc_flow(target="orders", source="orders_src", keys=["id"],
+    ...                         sequence_by="updated_at")  # doctest: +SKIP
+
+    The declaration is checked here (the database when the pipeline resolves).
+    """
+    from autocdc.pipelines.errors import PipelineDefinitionError
+    from autocdc.pipelines.registry import ExtractionSource, Registry, where
+
+    location = get_caller_source_code_location(stacklevel=1)
+    source = Extraction(name=name, dsn=dsn, table=table, **options)
+    registry = get_active_graph_element_registry()
+    if not isinstance(registry, Registry):
+        raise PipelineDefinitionError(
+            where=where(location),
+            problem=f"extraction source `{name}` is an autocdc definition",
+            hint="Run the pipeline with `autocdc run` (or dp.run).",
+        )
+    registry.add_extraction(ExtractionSource(source, where(location)))
 
 
 def run(
@@ -66,10 +116,12 @@ def run(
     full_refresh: list[str] | None = None,
     full_refresh_all: bool = False,
     refresh: list[str] | None = None,
+    extract_options: ExtractionOptions | None = None,
 ) -> list[str]:
     """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
-    return the datasets in the order they ran."""
+    return the datasets in the order they ran. ``extract_options`` replace every
+    extraction flow's and source's options for this run."""
     from autocdc import spark_session
     from autocdc.pipelines import cli, project, runner
 
@@ -79,6 +131,7 @@ def run(
         full_refresh=set(full_refresh or []),
         full_refresh_all=full_refresh_all,
         refresh=None if refresh is None else set(refresh),
+        extract=extract_options,
     )
     resolved = cli.resolve(loaded, spark, options)
     runner.Runner(spark, loaded, resolved).run(options)

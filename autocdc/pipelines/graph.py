@@ -23,6 +23,7 @@ from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from autocdc import AutoCdcError, AutoCdcFlow, DefinitionChangedError
+from autocdc.pipelines import extraction
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
     CycleError,
@@ -88,7 +89,10 @@ def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
 
 def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
     """The change feed of a CDC flow; a Delta change data feed's pre-images are dropped
-    (each update's post-image carries the change)."""
+    (each update's post-image carries the change). An extraction source's has its
+    columns and no rows: the runner reads it (:mod:`autocdc.pipelines.extraction`)."""
+    if flow.extraction is not None:
+        return extraction.frame(spark, flow.extraction)
     reader = spark.readStream if flow.streaming else spark.read
     df = reader.table(flow.source)
     if CHANGE_TYPE in df.columns:

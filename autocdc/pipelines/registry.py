@@ -13,7 +13,7 @@ import importlib.util
 import os
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from autocdc.pipelines.errors import (
     PipelineDefinitionError,
 )
 from autocdc.pipelines.project import Project
+from autocdc.sources.extract import Extraction, ExtractionOptions
 
 Kind = Literal["streaming_table", "materialized_view", "temporary_view"]
 KINDS: dict[type, Kind] = {
@@ -68,7 +69,8 @@ class QueryFlow:
 @dataclass(frozen=True)
 class CdcFlow:
     """An AUTO CDC flow: ``source`` applied to ``target`` by an ``autocdc.AutoCdcFlow``
-    built from ``options`` (every ``AutoCdcFlow`` parameter but target and name)."""
+    built from ``options`` (every ``AutoCdcFlow`` parameter but target and name). When
+    ``source`` names an extraction source, ``extraction`` is it (set by :func:`load`)."""
 
     name: str
     target: str
@@ -76,6 +78,16 @@ class CdcFlow:
     where: str
     options: dict[str, Any]
     streaming: bool = True
+    extract_options: ExtractionOptions | None = None
+    extraction: Extraction | None = None
+
+
+@dataclass(frozen=True)
+class ExtractionSource:
+    """A source declared with ``dp.create_extraction_source``; flows name it."""
+
+    extraction: Extraction
+    where: str
 
 
 Flow = QueryFlow | CdcFlow
@@ -112,6 +124,7 @@ class Registry(GraphElementRegistry):
         self.spark = spark
         self.datasets: dict[str, Dataset] = {}
         self.flows: dict[str, Flow] = {}
+        self.extractions: dict[str, ExtractionSource] = {}
 
     def add_dataset(self, dataset: Dataset) -> None:
         if dataset.name in self.datasets:
@@ -124,6 +137,35 @@ class Registry(GraphElementRegistry):
             first = self.flows[flow.name].where
             raise DuplicateFlowError(where=flow.where, name=flow.name, first=first)
         self.flows[flow.name] = flow
+
+    def add_extraction(self, source: ExtractionSource) -> None:
+        name = source.extraction.name
+        if name in self.extractions:
+            first = self.extractions[name].where
+            raise DuplicateDatasetError(where=source.where, name=name, first=first)
+        self.extractions[name] = source
+
+    def link_extractions(self) -> None:
+        """Give each flow that reads an extraction source its declaration; refuse what
+        cannot be meant (a dataset of the same name, extraction options elsewhere)."""
+        for name, source in self.extractions.items():
+            if name in self.datasets:
+                first = self.datasets[name].where
+                raise DuplicateDatasetError(where=source.where, name=name, first=first)
+        for name, flow in self.flows.items():
+            if not isinstance(flow, CdcFlow):
+                continue
+            found = self.extractions.get(flow.source)
+            if found is not None:
+                self.flows[name] = replace(flow, extraction=found.extraction)
+            elif flow.extract_options is not None:
+                raise PipelineDefinitionError(
+                    where=flow.where,
+                    problem=f"flow `{name}` has extract_options, but its source "
+                    f"`{flow.source}` is not an extraction source",
+                    hint="Remove extract_options, or declare the source with "
+                    "dp.create_extraction_source.",
+                )
 
     def register_output(self, output: sdp_output.Output) -> None:
         kind = KINDS.get(type(output))
@@ -288,4 +330,5 @@ def load(project: Project, spark: SparkSession) -> Registry:
                 _import(path, spark)
             else:
                 registry.register_sql(path.read_text(), path.relative_to(project.root))
+    registry.link_extractions()
     return registry

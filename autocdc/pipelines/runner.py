@@ -31,14 +31,15 @@ from pyspark.sql.streaming import StreamingQuery
 from autocdc import AutoCdcError, AutoCdcFlow
 from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
+from autocdc.pipelines import extraction, interrupt, lock
 from autocdc.pipelines import graph as g
-from autocdc.pipelines import interrupt
 from autocdc.pipelines import position as pos
 from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetError
 from autocdc.pipelines.eventlog import EventLog
 from autocdc.pipelines.progress import Progress
 from autocdc.pipelines.project import Project
 from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow
+from autocdc.sources.extract import ExtractionOptions, resolve_options
 
 APPLIED = "autocdc-applied-batch"
 
@@ -50,6 +51,7 @@ class Options:
     refresh: set[str] | None = None  # None: every dataset
     continuous: bool = False
     trigger_seconds: float = 10.0
+    extract: ExtractionOptions | None = None  # replace every extraction flow's and source's
 
     def resets(self, name: str) -> bool:
         """Whether dataset ``name`` is dropped by a full refresh before it runs."""
@@ -200,10 +202,15 @@ class Runner:
         return lag
 
     def _applied(
-        self, flow: str, target: str, metrics: BatchMetrics, stream_batch_id: int | None
+        self,
+        flow: str,
+        target: str,
+        metrics: BatchMetrics,
+        stream_batch_id: int | None,
+        position: list[dict] | None = None,
     ) -> None:
         """Log one applied batch: the event (with the offsets it reached and the lag after
-        it), the metrics line and the progress."""
+        it, or the ``position`` a batch source gives), the metrics line and the progress."""
         checkpoint = self.project.checkpoint(flow)
         found = self.sources.get(flow, [])
         ends = pos.offsets(checkpoint, stream_batch_id) if stream_batch_id is not None else []
@@ -214,7 +221,7 @@ class Runner:
             target=target,
             metrics=metrics,
             stream_batch_id=stream_batch_id,
-            position=pos.position(found, ends) if found else None,
+            position=pos.position(found, ends) if found else position,
             lag=lag,
         )
         self._log(metrics)
@@ -222,9 +229,9 @@ class Runner:
         number = metrics.batch_id if stream_batch_id is None else stream_batch_id
         self.progress.batch(flow, number, metrics.rows_in, metrics.seconds, lag)
 
-    def _apply(self, engine: AutoCdcFlow, df: DataFrame) -> BatchMetrics:
+    def _apply(self, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame) -> BatchMetrics:
         try:
-            return engine.apply(df)
+            return apply(df)
         except BaseException as error:
             self.failure = self.failure or error
             raise
@@ -244,8 +251,12 @@ class Runner:
                 )
             if isinstance(flow, CdcFlow):
                 engine = g.engine_flow(flow, target)
+                if flow.extraction is not None:
+                    self._extract(flow, dataset, target, options, engine.apply)
+                    self._stopped(flow.name, target)
+                    return None
                 if not df.isStreaming:  # a batch source: the whole table is one batch
-                    self._applied(flow.name, target, self._apply(engine, df), None)
+                    self._applied(flow.name, target, self._apply(engine.apply, df), None)
                     self._stopped(flow.name, target)
                     return None
                 writer = df.writeStream.foreachBatch(self._applier(engine, target, checkpoint))
@@ -262,6 +273,32 @@ class Runner:
                 return writer.start()
             return writer.toTable(target)
 
+    def _extract(
+        self,
+        flow: CdcFlow,
+        dataset: Dataset,
+        target: str,
+        run: Options,
+        apply: Callable[[DataFrame], BatchMetrics],
+    ) -> None:
+        """One run of a flow that reads an extraction source: its rows read, applied by
+        ``apply`` as one batch, then its checkpoint moved (:mod:`extraction`)."""
+        source = flow.extraction
+        assert source is not None
+        step = extraction.Step(
+            source=source,
+            flow=flow.name,
+            dataset=dataset.name,
+            checkpoints=self.project.checkpoint(flow.name),
+            storage=self.project.storage_path,
+            pipeline=self.project.name,
+            expiry=lock.expiry_seconds(self.project),
+            say=say,
+        )
+        options = resolve_options(run.extract, flow.extract_options, source.options)
+        done = step.run(self.spark, options, lambda df: self._apply(apply, df))
+        self._applied(flow.name, target, done.result, None, [done.position(source.name)])
+
     def _applier(self, engine: AutoCdcFlow, target: str, checkpoint: Path):
         note = checkpoint / APPLIED
         name = engine.name or engine.target
@@ -272,7 +309,7 @@ class Runner:
                 return
             # The event before the note: a crash between them replays the batch (a no-op
             # in the engine) and logs it twice rather than never.
-            self._applied(name, target, self._apply(engine, batch), batch_id)
+            self._applied(name, target, self._apply(engine.apply, batch), batch_id)
             partial = note.with_suffix(".tmp")
             partial.write_text(str(batch_id))
             partial.replace(note)
