@@ -5,6 +5,7 @@ the series of snapshots stands for (``reference.snapshot_changes``)."""
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 
 import pytest
@@ -12,9 +13,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import fold_scd1, fold_scd2, snapshot_changes
 from test_crash import run as run_worker
-from test_pipelines import scd1_rows, scd2_rows
+from test_pipelines import (
+    PYSPARK_SCD1,
+    A,
+    drop,
+    run,
+    scd1_rows,
+    scd2_rows,
+    write_project,
+)
 
 import autocdc
+from autocdc.pipelines import errors
 
 SCHEMA = "id int, a string, b int"
 _targets = itertools.count()
@@ -140,3 +150,83 @@ def test_killed_snapshot_run_then_another_snapshot(spark, warehouse):
     again = flow.run(spark, "snap_killed_source")
     assert list(again) == [3] and again[3].rows_in == 0
     assert scd2_rows(spark, target) == fold_scd2(snapshot_changes([(1, s1), (2, s2)]))
+
+
+PYTHON_SNAPSHOTS = """
+from pathlib import Path
+from autocdc import pipelines as dp
+
+def next_snapshot(latest):
+    versions = sorted(int(p.stem) for p in Path("{data}").glob("*.json"))
+    later = [v for v in versions if latest is None or v > latest]
+    if not later:
+        return None
+    return spark.read.schema("id INT, a STRING, b INT").json(f"{data}/{{later[0]}}.json"), later[0]
+
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_from_snapshot_flow(target="latest", source=next_snapshot, keys=["id"])
+"""
+SQL_SNAPSHOTS = """
+CREATE OR REFRESH STREAMING TABLE history;
+CREATE FLOW history_snapshots AS AUTO CDC INTO history
+FROM SNAPSHOT {db}.source
+KEYS (id)
+STORED AS SCD TYPE 2
+TRACK HISTORY ON * EXCEPT (b);
+"""
+
+
+def test_pipeline_python_function_and_sql_table(spark, tmp_path, new_table):
+    """A ``next_snapshot`` function over files (SCD1) and ``FROM SNAPSHOT`` over a Delta
+    table (SCD2, b untracked, versions the table's), over two runs: a file and the table,
+    then a later file and the table changed (three statements, one snapshot). Then the
+    unchanged table is not processed again."""
+    database = new_table("snap_pipe")
+    source = f"{database}.source"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    spark.sql(f"CREATE TABLE {source} (id INT, a STRING, b INT) USING delta")
+    spark.sql(f"INSERT INTO {source} VALUES (1, 'x', 1), (2, 'y', 2), (3, 'z', 3)")
+    spec = write_project(
+        tmp_path, database, {"latest.py": PYTHON_SNAPSHOTS, "history.sql": SQL_SNAPSHOTS}
+    )
+    files: list[tuple[int, Rows]] = [(2, {1: ("x", 1), 2: ("y", None)}), (7, {2: ("y2", 2)})]
+    table_versions: list[tuple[int, Rows]] = []
+
+    def next_run(version: int, rows: Rows) -> None:
+        """A snapshot file and the source table's snapshot, then a run."""
+        lines = [json.dumps({"id": k, "a": a, "b": b}) for k, (a, b) in rows.items()]
+        (tmp_path / "data").mkdir(exist_ok=True)
+        (tmp_path / "data" / f"{version}.json").write_text("\n".join(lines) + "\n")
+        table_version = spark.sql(f"DESCRIBE HISTORY {source} LIMIT 1").first().version
+        table = {r.id: (r.a, r.b) for r in spark.table(source).collect()}
+        table_versions.append((table_version, table))
+        run(spark, spec)
+
+    next_run(*files[0])
+    assert scd1_rows(spark, f"{database}.latest") == files[0][1]
+    spark.sql(f"UPDATE {source} SET a = 'x2' WHERE id = 1")
+    spark.sql(f"UPDATE {source} SET b = 20 WHERE id = 2")  # untracked: in place
+    spark.sql(f"DELETE FROM {source} WHERE id = 3")
+    next_run(*files[1])
+    assert scd1_rows(spark, f"{database}.latest") == files[1][1]
+    expected = fold_scd2(snapshot_changes(table_versions), tracked=[0])
+    assert scd2_rows(spark, f"{database}.history") == expected
+
+    history = autocdc.AutoCdcSnapshotFlow(
+        target=f"{database}.history", keys=["id"], stored_as_scd_type=2
+    )
+    assert history.last_version(spark) == table_versions[-1][0]
+    assert history.run(spark, source) == {}
+
+
+def test_pipeline_refuses_a_snapshot_flow_beside_a_change_flow(spark, tmp_path, new_table):
+    database = new_table("snap_shared")
+    drop(tmp_path, "1", A)
+    snapshot = "CREATE FLOW snap AS AUTO CDC INTO latest FROM SNAPSHOT changes KEYS (id);"
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "snap.sql": snapshot})
+    with pytest.raises(errors.SnapshotTargetSharedError) as raised:
+        run(spark, spec)
+    params = raised.value.params
+    assert (params["flow"], params["other"], params["target"]) == ("snap", "latest", "latest")
+    assert params["where"] == "transformations/snap.sql:1"
+    assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []

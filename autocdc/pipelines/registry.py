@@ -28,6 +28,7 @@ from pyspark.pipelines.source_code_location import SourceCodeLocation
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from autocdc import AutoCdcError
+from autocdc.engine.snapshot import NextSnapshot
 from autocdc.pipelines import sql
 from autocdc.pipelines.errors import (
     DuplicateDatasetError,
@@ -78,7 +79,45 @@ class CdcFlow:
     streaming: bool = True
 
 
-Flow = QueryFlow | CdcFlow
+@dataclass(frozen=True)
+class SnapshotFlow:
+    """An AUTO CDC FROM SNAPSHOT flow: ``source`` (a table or view, read whole each run, or
+    a ``next_snapshot(latest_version)`` function) applied to ``target`` by an
+    ``autocdc.AutoCdcSnapshotFlow`` built from ``options`` (its parameters but target and
+    name)."""
+
+    name: str
+    target: str
+    source: str | NextSnapshot
+    where: str
+    options: dict[str, Any]
+
+
+Flow = QueryFlow | CdcFlow | SnapshotFlow
+
+
+# The clauses of an SQL AUTO CDC statement that are flow options, by statement kind.
+_SNAPSHOT_OPTIONS = (
+    "keys",
+    "stored_as_scd_type",
+    "track_history_column_list",
+    "track_history_except_column_list",
+)
+_CDC_OPTIONS = (
+    *_SNAPSHOT_OPTIONS,
+    "sequence_by",
+    "apply_as_deletes",
+    "apply_as_truncates",
+    "column_list",
+    "except_column_list",
+    "ignore_null_updates",
+)
+
+
+def _given(statement: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The options among ``names`` that the statement gives (not None)."""
+    options = {name: getattr(statement, name) for name in names}
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def where(location: SourceCodeLocation | sql.Location) -> str:
@@ -155,8 +194,8 @@ class Registry(GraphElementRegistry):
             )
         )
 
-    def register_auto_cdc_flow(self, flow: sdp_flow.AutoCdcFlow | CdcFlow) -> None:
-        if isinstance(flow, CdcFlow):
+    def register_auto_cdc_flow(self, flow: sdp_flow.AutoCdcFlow | CdcFlow | SnapshotFlow) -> None:
+        if isinstance(flow, CdcFlow | SnapshotFlow):
             self.add_flow(flow)
             return
         options = {
@@ -204,29 +243,24 @@ class Registry(GraphElementRegistry):
             self.add_flow(
                 QueryFlow(statement.name, statement.target, self._sql(statement.query), at)
             )
-        else:
-            options = {
-                name: getattr(statement, name)
-                for name in (
-                    "keys",
-                    "sequence_by",
-                    "apply_as_deletes",
-                    "apply_as_truncates",
-                    "column_list",
-                    "except_column_list",
-                    "stored_as_scd_type",
-                    "track_history_column_list",
-                    "track_history_except_column_list",
-                    "ignore_null_updates",
+        elif isinstance(statement, sql.AutoCdcSnapshotStatement):
+            self.add_flow(
+                SnapshotFlow(
+                    name=statement.name,
+                    target=statement.target,
+                    source=statement.source,
+                    where=at,
+                    options=_given(statement, _SNAPSHOT_OPTIONS),
                 )
-            }
+            )
+        else:
             self.add_flow(
                 CdcFlow(
                     name=statement.name,
                     target=statement.target,
                     source=statement.source,
                     where=at,
-                    options={k: v for k, v in options.items() if v is not None},
+                    options=_given(statement, _CDC_OPTIONS),
                     streaming=statement.streaming,
                 )
             )

@@ -38,7 +38,7 @@ from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetErr
 from autocdc.pipelines.eventlog import EventLog
 from autocdc.pipelines.progress import Progress
 from autocdc.pipelines.project import Project
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow
+from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
 
 APPLIED = "autocdc-applied-batch"
 
@@ -181,8 +181,9 @@ class Runner:
             ).saveAsTable(target)
         say(f"materialized view {target}: {self.spark.table(target).count()} rows")
 
-    def _started(self, flow: str, target: str, df: DataFrame) -> None:
-        self.sources[flow] = pos.sources(df, self.project.root) if df.isStreaming else []
+    def _started(self, flow: str, target: str, df: DataFrame | None) -> None:
+        streaming = df is not None and df.isStreaming
+        self.sources[flow] = pos.sources(df, self.project.root) if streaming else []
         self.progress.started(flow, self._flow_event("flow_started", flow, target))
 
     def _stopped(self, flow: str, target: str) -> None:
@@ -229,9 +230,24 @@ class Runner:
             self.failure = self.failure or error
             raise
 
+    def _snapshots(self, flow: SnapshotFlow, target: str) -> None:
+        """Apply every snapshot newer than the last one processed, each logged as a batch."""
+        self._started(flow.name, target, None)
+
+        def applied(version: int, metrics: BatchMetrics) -> None:
+            say(f"flow {flow.name}: snapshot {version} applied")
+            self._applied(flow.name, target, metrics, None)
+            interrupt.check()  # a safe point: the snapshot and its version are recorded
+
+        g.snapshot_flow(flow, target).run(self.spark, flow.source, applied)
+        self._stopped(flow.name, target)
+
     def _start(
         self, flow: Flow, dataset: Dataset, target: str, options: Options
     ) -> StreamingQuery | None:
+        if isinstance(flow, SnapshotFlow):
+            self._snapshots(flow, target)
+            return None
         checkpoint = self.project.checkpoint(flow.name)
         with _conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
@@ -293,6 +309,8 @@ class Runner:
             shutil.rmtree(self.project.checkpoint(flow.name), ignore_errors=True)
             if isinstance(flow, CdcFlow):
                 g.engine_flow(flow, target).full_refresh(self.spark)
+            elif isinstance(flow, SnapshotFlow):
+                g.snapshot_flow(flow, target).full_refresh(self.spark)
         if self.spark.catalog.tableExists(target):
             location = self.spark.sql(f"DESCRIBE DETAIL {target}").first()["location"]
             self.spark.sql(f"DROP TABLE {target}")
