@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from test_crash import run as run_worker
 from test_pipelines import (
     PYSPARK_SCD1,
     A,
+    copy_example,
     drop,
     run,
     scd1_rows,
@@ -27,6 +29,7 @@ import autocdc
 from autocdc.pipelines import errors
 
 SCHEMA = "id int, a string, b int"
+EXAMPLE = Path(__file__).resolve().parent.parent / "pipelines" / "snapshots"
 _targets = itertools.count()
 
 Rows = dict[int, tuple[str | None, int | None]]
@@ -230,3 +233,26 @@ def test_pipeline_refuses_a_snapshot_flow_beside_a_change_flow(spark, tmp_path, 
     assert (params["flow"], params["other"], params["target"]) == ("snap", "latest", "latest")
     assert params["where"] == "transformations/snap.sql:1"
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
+
+
+def test_example_pipeline(spark, tmp_path, new_table):
+    """pipelines/snapshots (a Python next_snapshot over daily exports, SCD2 with email
+    untracked; SQL FROM SNAPSHOT over a view, SCD1), on a copy."""
+    database = new_table("snap_example")
+    run(spark, copy_example(EXAMPLE, tmp_path / "snapshots", database))
+
+    customers = spark.table(f"{database}.customers").collect()
+    assert {(r.id, r.city, r.email, r["__START_AT"], r["__END_AT"]) for r in customers} == {
+        (1, "Lyon", "ada@example.org", 20260101, 20260102),
+        (1, "Paris", "ada@example.org", 20260102, None),
+        (2, "Rome", "bob@example.net", 20260101, None),
+        (3, "Oslo", "cyd@example.org", 20260101, 20260102),
+        (3, "Oslo", "cyd@example.org", 20260105, None),
+        (4, "Kyiv", "dee@example.org", 20260102, None),
+    }
+    products = spark.table(f"{database}.products").collect()
+    assert {(r.sku, r.name, r.price) for r in products} == {
+        ("K-100", "Kettle", 25),
+        ("T-200", "Toaster", 40),
+        ("M-300", "Mixer", 90),
+    }
