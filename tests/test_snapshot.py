@@ -183,7 +183,7 @@ def test_pipeline_python_function_and_sql_table(spark, tmp_path, new_table):
     """A ``next_snapshot`` function over files (SCD1) and ``FROM SNAPSHOT`` over a Delta
     table (SCD2, b untracked, versions the table's), over two runs: a file and the table,
     then a later file and the table changed (three statements, one snapshot). Then the
-    unchanged table is not processed again."""
+    unchanged table is not processed again, and the first snapshot reads back with as_of."""
     database = new_table("snap_pipe")
     source = f"{database}.source"
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
@@ -220,6 +220,10 @@ def test_pipeline_python_function_and_sql_table(spark, tmp_path, new_table):
     )
     assert history.last_version(spark) == table_versions[-1][0]
     assert history.run(spark, source) == {}
+    first, rows = table_versions[0]  # b untracked: as of then, with the b of now
+    assert {r.id: r.a for r in history.as_of(spark, first).collect()} == {
+        k: a for k, (a, _) in rows.items()
+    }
 
 
 def test_pipeline_refuses_a_snapshot_flow_beside_a_change_flow(spark, tmp_path, new_table):
