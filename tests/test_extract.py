@@ -475,3 +475,74 @@ def test_pipeline_definitions_refused_before_anything_runs(
     if error is CursorHookMissingError:
         assert refused.value.params["missing"] == ["fold", "merge"]
     assert not (tmp_path / "storage").exists()
+
+
+SNAPSHOT_OVER_EXTRACTION = """
+from autocdc import pipelines as dp
+
+dp.create_extraction_source(name="items_src", dsn="{dsn}", table="{table}",
+                            strategy="{strategy}"{order})
+dp.create_streaming_table("items")
+dp.create_auto_cdc_from_snapshot_flow(target="items", source="items_src", keys=["id"],
+                                      stored_as_scd_type={scd})
+"""
+
+
+def _snapshot_project(tmp_path, database, pg, table, scd=1, strategy="STATELESS", order=""):
+    text = SNAPSHOT_OVER_EXTRACTION.replace("{dsn}", pg.dsn).replace("{table}", table)
+    text = text.replace("{strategy}", strategy).replace("{order}", order)
+    return write_project(tmp_path, database, {"flow.py": text.replace("{scd}", str(scd))})
+
+
+@pytest.mark.parametrize("scd", [1, 2])
+def test_a_snapshot_flow_over_a_stateless_source_mirrors_deletes(
+    spark, pg, tmp_path, new_table, scd
+):
+    """Each run reads the table whole as the next snapshot (version: the run's number):
+    rows deleted between runs leave the target (SCD2: their version ends), an unchanged
+    row keeps its version, a changed one gets a new one."""
+    table = f"snap_items_{scd}"
+    pg.execute(
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text);"
+        f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (3, 'c')"
+    )
+    database = new_table(f"snap_extract_{scd}")
+    spec = _snapshot_project(tmp_path, database, pg, table, scd)
+    traffic = [
+        "",
+        f"DELETE FROM {table} WHERE id = 2; UPDATE {table} SET name = 'c2' WHERE id = 3;"
+        f"INSERT INTO {table} VALUES (4, 'd')",
+        f"DELETE FROM {table} WHERE id IN (1, 4)",
+    ]
+    for sql in traffic:
+        if sql:
+            pg.execute(sql)
+        run(spark, spec)
+        live = sorted(pg.query(f"SELECT id, name FROM {table}"))
+        rows = spark.table(f"{database}.items")
+        if scd == 2:
+            rows = rows.where("__END_AT IS NULL")
+        assert sorted((r.id, r.name) for r in rows.collect()) == live
+    assert live == [(3, "c2")]
+    if scd == 2:
+        versions = spark.table(f"{database}.items").orderBy("id", "__START_AT")
+        assert [tuple(r) for r in versions.collect()] == [
+            (1, "a", 1, 3),
+            (2, "b", 1, 2),
+            (3, "c", 1, 2),
+            (3, "c2", 2, None),
+            (4, "d", 2, 3),
+        ]
+
+
+def test_a_snapshot_flow_over_a_watermark_source_is_refused(spark, pg, tmp_path, new_table):
+    pg.execute("CREATE TABLE snap_marked (id bigint PRIMARY KEY, at bigint)")
+    database = new_table("snap_marked")
+    order = ', cdc_order=["at"]'
+    spec = _snapshot_project(
+        tmp_path, database, pg, "snap_marked", strategy="WATERMARK", order=order
+    )
+    with pytest.raises(PipelineDefinitionError, match="would delete every other key") as refused:
+        run(spark, spec)
+    assert "strategy='STATELESS'" in str(refused.value)
+    assert not (tmp_path / "storage").exists()

@@ -3,8 +3,9 @@
 The same functions as ``pyspark.pipelines`` (the decorators are pyspark's own), with a
 ``create_auto_cdc_flow`` that takes every ``autocdc.AutoCdcFlow`` parameter: SCD type 2,
 truncates, ``ignore_null_updates``, track-history lists, retention, horizon policy; and
-``create_extraction_source``, a source that queries a database table incrementally.
-Library files run by ``autocdc run`` may mix both imports.
+``create_extraction_source``, a source that queries a database table incrementally; and
+Databricks' ``create_auto_cdc_from_snapshot_flow``, which pyspark lacks. Library files run
+by ``autocdc run`` may mix both imports.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pyspark.pipelines.graph_element_registry import get_active_graph_element_re
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
 from pyspark.sql import SparkSession
 
-from autocdc import AutoCdcFlow
+from autocdc import AutoCdcFlow, AutoCdcSnapshotFlow
+from autocdc.engine.snapshot import NextSnapshot
 from autocdc.sources.extract import Batch as ExtractionBatch
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
@@ -32,6 +34,7 @@ __all__ = [
     "ExtractionOptions",
     "append_flow",
     "create_auto_cdc_flow",
+    "create_auto_cdc_from_snapshot_flow",
     "create_extraction_source",
     "create_streaming_table",
     "materialized_view",
@@ -107,6 +110,49 @@ def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any)
             hint="Run the pipeline with `autocdc run` (or dp.run).",
         )
     registry.add_extraction(ExtractionSource(source, where(location)))
+
+
+def create_auto_cdc_from_snapshot_flow(
+    *,
+    target: str,
+    source: str | NextSnapshot,
+    keys: list[str],
+    stored_as_scd_type: int | str = 1,
+    track_history_column_list: list[str] | None = None,
+    track_history_except_column_list: list[str] | None = None,
+    name: str | None = None,
+) -> None:
+    """Make the streaming table ``target`` follow full snapshots of ``source`` (AUTO CDC
+    FROM SNAPSHOT): each run diffs the next snapshot against the target, so a new key is
+    inserted, a changed row updated (a new version for SCD type 2) and a missing key
+    deleted, at the snapshot's version.
+
+    ``source`` is a table or view, read whole each run (its version: the Delta table's,
+    else one more than the last), or a function ``next_snapshot(latest_version)`` that
+    returns ``(DataFrame, version)`` or None, called until it returns None; see
+    ``autocdc.AutoCdcSnapshotFlow``. The declaration is checked here, so a bad option
+    names this line.
+    """
+    from autocdc.pipelines.registry import SnapshotFlow, where
+
+    location = get_caller_source_code_location(stacklevel=1)
+    options = {
+        "keys": keys,
+        "stored_as_scd_type": stored_as_scd_type,
+        "track_history_column_list": track_history_column_list,
+        "track_history_except_column_list": track_history_except_column_list,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises on a bad declaration
+    get_active_graph_element_registry().register_auto_cdc_flow(
+        SnapshotFlow(
+            name=name or target,
+            target=target,
+            source=source,
+            where=where(location),
+            options=options,
+        )
+    )
 
 
 def run(

@@ -21,8 +21,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
+from pyspark.sql.types import LongType
 
-from autocdc import AutoCdcError, AutoCdcFlow, DefinitionChangedError
+from autocdc import AutoCdcError, AutoCdcFlow, AutoCdcSnapshotFlow, DefinitionChangedError
 from autocdc.pipelines import extraction
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
@@ -31,9 +32,10 @@ from autocdc.pipelines.errors import (
     FlowAnalysisError,
     FlowsDisagreeError,
     NotAStreamingTableError,
+    SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, Registry
+from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, Registry, SnapshotFlow
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
 CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
@@ -104,17 +106,27 @@ def engine_flow(flow: CdcFlow, target: str) -> AutoCdcFlow:
     return AutoCdcFlow(target=target, name=flow.name, **flow.options)
 
 
+def snapshot_flow(flow: SnapshotFlow, target: str) -> AutoCdcSnapshotFlow:
+    return AutoCdcSnapshotFlow(target=target, name=flow.name, **flow.options)
+
+
 def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
-    """What readers of the flow's target see: the query's rows, or for a CDC flow the
-    selected columns (plus the validity columns of type 2)."""
+    """What readers of the flow's target see: the query's rows, for a CDC flow the
+    selected columns, for a snapshot flow the snapshot's (plus the validity columns of
+    type 2, of the sequence's type: a snapshot's version is a bigint)."""
     if isinstance(flow, QueryFlow):
         return df
-    engine = engine_flow(flow, flow.target)
-    excepted = [*(engine.except_column_list or []), *engine.pseudo_columns]
-    keep = engine.column_list or [c for c in df.columns if c not in excepted]
-    out = df.select(*[F.col(f"`{c}`") for c in keep])
-    if engine.stored_as_scd_type == 2:
+    if isinstance(flow, SnapshotFlow):
+        out, seq_type = df, LongType()
+        scd_type = snapshot_flow(flow, flow.target).stored_as_scd_type
+    else:
+        engine = engine_flow(flow, flow.target)
+        excepted = [*(engine.except_column_list or []), *engine.pseudo_columns]
+        keep = engine.column_list or [c for c in df.columns if c not in excepted]
+        out = df.select(*[F.col(f"`{c}`") for c in keep])
+        scd_type = engine.stored_as_scd_type
         seq_type = df.select(engine.sequence_column()).schema[0].dataType
+    if scd_type == 2:
         validity = [F.lit(None).cast(seq_type).alias(c) for c in ("__START_AT", "__END_AT")]
         out = out.select("*", *validity)
     return out
@@ -133,12 +145,27 @@ def _check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 flow=flow.name,
                 target=flow.target,
                 kind=dataset.kind.replace("_", " "),
-                what="AUTO CDC flows" if isinstance(flow, CdcFlow) else "Append flows",
+                what="Append flows" if isinstance(flow, QueryFlow) else "AUTO CDC flows",
             )
         flows[dataset.name].append(flow)
     for into in flows.values():
+        _check_alone(into)
         _check_agree([f for f in into if isinstance(f, CdcFlow)])
     return flows
+
+
+def _check_alone(flows: list[Flow]) -> None:
+    """A snapshot flow deletes every key its snapshot lacks: it cannot share a target."""
+    snapshot = next((f for f in flows if isinstance(f, SnapshotFlow)), None)
+    if snapshot is not None and len(flows) > 1:
+        other = next(f for f in flows if f is not snapshot)
+        raise SnapshotTargetSharedError(
+            where=snapshot.where,
+            flow=snapshot.name,
+            target=snapshot.target,
+            other=other.name,
+            first=other.where,
+        )
 
 
 # What the flows into one target share through its state table (the source, sequence,
@@ -176,9 +203,16 @@ def _not_found(error: AnalysisException) -> str | None:
 
 def build(
     flow: Flow, dataset: Dataset, spark: SparkSession, target: str, fresh: bool = False
-) -> DataFrame:
-    """The DataFrame of one flow (checked by the engine for a CDC flow: against its stored
-    tables, or as a new target when ``fresh``)."""
+) -> DataFrame | None:
+    """The DataFrame of one flow (checked by the engine for a CDC or snapshot flow: against
+    its stored tables, or as a new target when ``fresh``); for a snapshot flow, its next
+    snapshot, None when its function has nothing newer."""
+    if isinstance(flow, SnapshotFlow):
+        if flow.extraction is not None:  # read by the runner: checked with no rows
+            df = extraction.frame(spark, flow.extraction)
+            snapshot_flow(flow, target).check(df, fresh)
+            return df
+        return snapshot_flow(flow, target).peek(spark, flow.source, fresh)
     if isinstance(flow, CdcFlow):
         df = source_frame(spark, flow)
         engine_flow(flow, target).check(df, fresh)
@@ -209,10 +243,11 @@ def resolve(
             for name, dataset in list(waiting.items()):
                 try:
                     with recording_reads(spark) as read:
-                        frames = [
+                        built = [
                             (f, build(f, dataset, spark, qualify(name), fresh(name)))
                             for f in flows[name]
                         ]
+                        frames = [(f, df) for f, df in built if df is not None]
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
@@ -231,7 +266,7 @@ def resolve(
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
-                    cdc = [f for f in flows[name] if isinstance(f, CdcFlow)]
+                    cdc = [f for f in flows[name] if not isinstance(f, QueryFlow)]
                     current = (cdc or flows[name])[0]
                     raise FlowAnalysisError(
                         where=current.where,

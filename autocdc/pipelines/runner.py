@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 from autocdc import AutoCdcError, AutoCdcFlow
 from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.snapshot import NextSnapshot
 from autocdc.pipelines import extraction, interrupt, lock
 from autocdc.pipelines import graph as g
 from autocdc.pipelines import position as pos
@@ -38,8 +39,8 @@ from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetErr
 from autocdc.pipelines.eventlog import EventLog
 from autocdc.pipelines.progress import Progress
 from autocdc.pipelines.project import Project
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow
-from autocdc.sources.extract import ExtractionOptions, resolve_options
+from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
+from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
 
 APPLIED = "autocdc-applied-batch"
 
@@ -61,6 +62,18 @@ class Options:
 def qualifier(database: str | None) -> Callable[[str], str]:
     """Dataset name -> table name: unqualified names live in the spec's database."""
     return lambda name: f"{database}.{name}" if database and "." not in name else name
+
+
+def _once(snapshot: DataFrame) -> NextSnapshot:
+    """``snapshot`` as a ``next_snapshot`` function: one version past the last processed,
+    then nothing (a snapshot numbered by run, as a table that is not Delta's)."""
+
+    pending = [snapshot]
+
+    def next_snapshot(last: int | None) -> tuple[DataFrame, int] | None:
+        return (pending.pop(), (last or 0) + 1) if pending else None
+
+    return next_snapshot
 
 
 def say(message: str) -> None:
@@ -183,8 +196,9 @@ class Runner:
             ).saveAsTable(target)
         say(f"materialized view {target}: {self.spark.table(target).count()} rows")
 
-    def _started(self, flow: str, target: str, df: DataFrame) -> None:
-        self.sources[flow] = pos.sources(df, self.project.root) if df.isStreaming else []
+    def _started(self, flow: str, target: str, df: DataFrame | None) -> None:
+        streaming = df is not None and df.isStreaming
+        self.sources[flow] = pos.sources(df, self.project.root) if streaming else []
         self.progress.started(flow, self._flow_event("flow_started", flow, target))
 
     def _stopped(self, flow: str, target: str) -> None:
@@ -236,9 +250,32 @@ class Runner:
             self.failure = self.failure or error
             raise
 
+    def _snapshots(
+        self, flow: SnapshotFlow, dataset: Dataset, target: str, options: Options
+    ) -> None:
+        """Apply every snapshot newer than the last one processed, each logged as a batch."""
+        self._started(flow.name, target, None)
+
+        def applied(version: int, metrics: BatchMetrics) -> None:
+            say(f"flow {flow.name}: snapshot {version} applied")
+            self._applied(flow.name, target, metrics, None)
+            interrupt.check()  # a safe point: the snapshot and its version are recorded
+
+        engine = g.snapshot_flow(flow, target)
+        if flow.extraction is None:
+            engine.run(self.spark, flow.source, applied)
+        else:  # a STATELESS extraction: this run's read is the next snapshot
+            step = self._step(flow.name, flow.extraction, dataset.name)
+            chosen = resolve_options(options.extract, None, flow.extraction.options)
+            step.run(self.spark, chosen, lambda df: engine.run(self.spark, _once(df), applied))
+        self._stopped(flow.name, target)
+
     def _start(
         self, flow: Flow, dataset: Dataset, target: str, options: Options
     ) -> StreamingQuery | None:
+        if isinstance(flow, SnapshotFlow):
+            self._snapshots(flow, dataset, target, options)
+            return None
         checkpoint = self.project.checkpoint(flow.name)
         with _conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
@@ -285,19 +322,22 @@ class Runner:
         ``apply`` as one batch, then its checkpoint moved (:mod:`extraction`)."""
         source = flow.extraction
         assert source is not None
-        step = extraction.Step(
+        step = self._step(flow.name, source, dataset.name)
+        options = resolve_options(run.extract, flow.extract_options, source.options)
+        done = step.run(self.spark, options, lambda df: self._apply(apply, df))
+        self._applied(flow.name, target, done.result, None, [done.position(source.name)])
+
+    def _step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step:
+        return extraction.Step(
             source=source,
-            flow=flow.name,
-            dataset=dataset.name,
-            checkpoints=self.project.checkpoint(flow.name),
+            flow=flow,
+            dataset=dataset,
+            checkpoints=self.project.checkpoint(flow),
             storage=self.project.storage_path,
             pipeline=self.project.name,
             expiry=lock.expiry_seconds(self.project),
             say=say,
         )
-        options = resolve_options(run.extract, flow.extract_options, source.options)
-        done = step.run(self.spark, options, lambda df: self._apply(apply, df))
-        self._applied(flow.name, target, done.result, None, [done.position(source.name)])
 
     def _applier(self, engine: AutoCdcFlow, target: str, checkpoint: Path):
         note = checkpoint / APPLIED
@@ -330,6 +370,8 @@ class Runner:
             shutil.rmtree(self.project.checkpoint(flow.name), ignore_errors=True)
             if isinstance(flow, CdcFlow):
                 g.engine_flow(flow, target).full_refresh(self.spark)
+            elif isinstance(flow, SnapshotFlow):
+                g.snapshot_flow(flow, target).full_refresh(self.spark)
         if self.spark.catalog.tableExists(target):
             location = self.spark.sql(f"DESCRIBE DETAIL {target}").first()["location"]
             self.spark.sql(f"DROP TABLE {target}")
