@@ -8,7 +8,7 @@ JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
 CLASSES := $(VENV)/share/autocdc/jars/autocdc-classes.json
 SOURCES := autocdc tests pipelines benchmarks
 
-.PHONY: setup demo test lint bench bench-quick bench-smoke clean
+.PHONY: setup demo test lint bench bench-quick bench-smoke bench-snapshot clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -49,6 +49,10 @@ bench-quick: setup
 
 bench-smoke: setup
 	$(PY) benchmarks/run.py --smoke
+
+# Snapshot flows only: 1M rows, 1% changed per snapshot, against a bare MERGE of the diff.
+bench-snapshot: setup
+	$(PY) benchmarks/run.py --snapshot
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache .hypothesis

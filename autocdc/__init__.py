@@ -22,6 +22,10 @@ from autocdc.engine.errors import (
     RedoMissingError,
     ReservedColumnError,
     SchemaMismatchError,
+    SnapshotDuplicateKeyError,
+    SnapshotInvalidVersionError,
+    SnapshotNullKeyError,
+    SnapshotVersionNotNewerError,
     StateFormatError,
     TargetNotPartialError,
     TrackHistoryColumnNotSelectedError,
@@ -35,12 +39,14 @@ from autocdc.engine.logs import log_file
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.session import spark_session
+from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.sources.debezium import debezium_changes, debezium_sequence
 from autocdc.sources.postgres import postgres_table
 
 __all__ = [
     "AutoCdcError",
     "AutoCdcFlow",
+    "AutoCdcSnapshotFlow",
     "BatchMetrics",
     "ColumnNotSelectedError",
     "ConcurrentWriteError",
@@ -60,6 +66,10 @@ __all__ = [
     "RedoMissingError",
     "ReservedColumnError",
     "SchemaMismatchError",
+    "SnapshotDuplicateKeyError",
+    "SnapshotInvalidVersionError",
+    "SnapshotNullKeyError",
+    "SnapshotVersionNotNewerError",
     "StateFormatError",
     "TargetNotPartialError",
     "TrackHistoryColumnNotSelectedError",

@@ -3,6 +3,7 @@
     python benchmarks/run.py --quick     # < 5 minutes, prints the JSON summary
     python benchmarks/run.py             # full run: also writes BENCHMARKS.md and a plot
     python benchmarks/run.py --smoke     # seconds of data: keeps the harness working (CI)
+    python benchmarks/run.py --snapshot  # snapshot flows only (with --quick, --smoke: smaller)
 
 Every system gets the same data, the same SparkSession and settings (the engine's, in
 autocdc/engine/defaults/). Per configuration: load the snapshot (untimed), apply the
@@ -33,8 +34,8 @@ import report
 import workload
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from systems import SEQ, AutoCdc, Floor
-from workload import Workload
+from systems import SEQ, AutoCdc, DiffMerge, Floor, SnapshotAutoCdc, SnapshotMerge
+from workload import SnapshotWorkload, Workload
 
 import autocdc
 
@@ -157,6 +158,23 @@ def partial_vs_full(spark: SparkSession, work: Path, headline: Workload) -> dict
     return out
 
 
+def load_and_apply(
+    spark: SparkSession, system: Any, load: Path, inputs: list[Path]
+) -> tuple[float, list[measure.BatchCost]]:
+    """Load the parquet ``load`` into ``system`` (its seconds), then apply each of
+    ``inputs`` in turn, measured."""
+    started = time.perf_counter()
+    system.load(spark.read.parquet(str(load)))
+    load_s = time.perf_counter() - started
+    costs = [
+        measure.measure(
+            spark, system.table_dirs(), lambda d=d: system.apply(spark.read.parquet(str(d)))
+        )
+        for d in inputs
+    ]
+    return load_s, costs
+
+
 def run_config(
     spark: SparkSession,
     work: Path,
@@ -181,17 +199,7 @@ def run_config(
             if name == "floor"
             else AutoCdc(warehouse, int(name[-1]), f"autocdc_{name}_{tag}".replace("-", "_"))
         )
-        started = time.perf_counter()
-        system.load(spark.read.parquet(str(snapshot_dir)))
-        load_s = time.perf_counter() - started
-        costs = [
-            measure.measure(
-                spark,
-                system.table_dirs(),
-                lambda s=system, d=d: s.apply(spark.read.parquet(str(d))),
-            )
-            for d in batch_dirs
-        ]
+        load_s, costs = load_and_apply(spark, system, snapshot_dir, batch_dirs)
         regular = costs[: w.batches]
         summary = measure.summarize(regular[1:] if warmup else regular, w.batch_rows)
         if w.tail_batches:
@@ -210,6 +218,48 @@ def run_config(
         out[name] = summary
         print(f"  {tag} {name}: {json.dumps(summary, default=str)}", file=sys.stderr, flush=True)
     return out
+
+
+# Snapshot flows: a table, then full snapshots with 1% of its row count changed each.
+SNAPSHOTS = {
+    "smoke": SnapshotWorkload(2_000, 3),
+    "quick": SnapshotWorkload(100_000, 4),
+    "full": SnapshotWorkload(1_000_000, 4),
+}
+
+
+def run_snapshots(spark: SparkSession, work: Path, w: SnapshotWorkload) -> dict[str, Any]:
+    """Each system loads snapshot 0 (untimed), then takes the next ones in turn (the bare
+    MERGE their diffs, computed beforehand); the first is a warm-up, medians of the rest.
+    Each must end equal to the last snapshot (its current rows, for SCD2)."""
+    snapshots, diffs = workload.write_snapshots(spark, w, work / "data" / "snapshots")
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    systems = {
+        "merge_diff": DiffMerge(warehouse),
+        "merge_snapshot": SnapshotMerge(warehouse),
+        "snapshot_scd1": SnapshotAutoCdc(warehouse, 1),
+        "snapshot_scd2": SnapshotAutoCdc(warehouse, 2),
+    }
+    last = spark.read.parquet(str(snapshots[-1]))
+    out: dict[str, Any] = {}
+    for name, system in systems.items():
+        inputs = diffs if name == "merge_diff" else snapshots[1:]
+        load_s, costs = load_and_apply(spark, system, snapshots[0], inputs)
+        summary = measure.summarize(costs[1:], w.changed_rows)
+        summary["load_s"] = round(load_s, 3)
+        summary["per_snapshot_s"] = [c.seconds for c in costs]
+        got = system.result(spark).select(*last.columns)
+        summary["correct"] = got.exceptAll(last).isEmpty() and last.exceptAll(got).isEmpty()
+        out[name] = summary
+        print(f"  snapshots {name}: {json.dumps(summary)}", file=sys.stderr, flush=True)
+    floor = out["merge_diff"]
+    return {
+        "seconds": {name: s["median_s"] for name, s in out.items()},
+        "vs_merge_diff": {name: _ratio(s, floor) for name, s in out.items()},
+        "jobs_per_snapshot": {name: s["jobs_per_batch"] for name, s in out.items()},
+        "correct": {name: s["correct"] for name, s in out.items()},
+        "systems": out,
+    }
 
 
 def machine(spark: SparkSession) -> dict[str, Any]:
@@ -318,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="--quick: also the SCD2 history measure (1,000 rows, batches of 100; ~3 more min)",
     )
+    parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="snapshot flows only: 1M rows, 1%% changed per snapshot (--quick: 100k, "
+        "--smoke: 2,000), against a bare MERGE of the same diff; writes out/snapshot-MODE.json",
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
@@ -327,6 +383,15 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     started = time.perf_counter()
     spark = autocdc.spark_session(warehouse=args.work / "warehouse")
+    if args.snapshot:
+        snapshot_w = replace(SNAPSHOTS[mode], seed=args.seed)
+        result = run_snapshots(spark, args.work, snapshot_w)
+        result["workload"], result["machine"] = snapshot_w.describe(), machine(spark)
+        result["total_s"] = round(time.perf_counter() - started, 1)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"snapshot-{mode}.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps({k: v for k, v in result.items() if k != "systems"}, indent=2))
+        return 0
     all_systems = ["floor", "scd1", "scd2"]
     head = run_config(spark, args.work, headline, all_systems, warmup=True, check=True)
     scaling: dict[str, dict[str, Any]] = {"target_rows": {}, "batch_rows": {}}

@@ -47,11 +47,15 @@ class Floor:
             .where("_rn = 1")
             .drop("_rn")
         )
-        values = {c: f"s.`{c}`" for c in batch.columns if c not in (SEQ, OP)}
+        self.merge(latest)
+
+    def merge(self, changes: DataFrame) -> None:
+        """One MERGE of changes with one row per key (``op`` 'D' deletes)."""
+        values = {c: f"s.`{c}`" for c in changes.columns if c not in (SEQ, OP)}
         (
-            DeltaTable.forPath(batch.sparkSession, str(self.path))
+            DeltaTable.forPath(changes.sparkSession, str(self.path))
             .alias("t")
-            .merge(latest.alias("s"), f"t.{KEY} = s.{KEY}")
+            .merge(changes.alias("s"), f"t.{KEY} = s.{KEY}")
             .whenMatchedDelete(condition=f"s.{OP} = 'D'")
             .whenMatchedUpdate(set=values)
             .whenNotMatchedInsert(condition=f"s.{OP} != 'D'", values=values)
@@ -63,6 +67,38 @@ class Floor:
 
     def snapshot_bytes(self, spark: SparkSession) -> dict[str, int]:
         return {"target": _delta_bytes(spark, f"delta.`{self.path}`")}
+
+
+@dataclass
+class DiffMerge(Floor):
+    """A snapshot's diff to the one before, given for free, in one MERGE: the least any
+    snapshot flow must write."""
+
+    name: str = "merge_diff"
+
+    def apply(self, batch: DataFrame) -> None:
+        self.merge(batch)
+
+
+@dataclass
+class SnapshotMerge(Floor):
+    """A whole snapshot in one hand-written MERGE: rows that differ updated, new keys
+    inserted, missing keys deleted (SCD type 1, no history)."""
+
+    name: str = "merge_snapshot"
+
+    def apply(self, batch: DataFrame) -> None:
+        values = [c for c in batch.columns if c != KEY]
+        differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values)
+        (
+            DeltaTable.forPath(batch.sparkSession, str(self.path))
+            .alias("t")
+            .merge(batch.alias("s"), f"t.{KEY} = s.{KEY}")
+            .whenMatchedUpdateAll(condition=differs)
+            .whenNotMatchedInsertAll()
+            .whenNotMatchedBySourceDelete()
+            .execute()
+        )
 
 
 @dataclass
@@ -121,3 +157,32 @@ class AutoCdc:
             for role, name in tables.items()
             if spark.catalog.tableExists(name)
         }
+
+
+@dataclass
+class SnapshotAutoCdc:
+    """``autocdc.AutoCdcSnapshotFlow``: each snapshot at the next version."""
+
+    warehouse: Path
+    scd_type: int = 1
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"autocdc_snapshot_scd{self.scd_type}"
+        self.flow = autocdc.AutoCdcSnapshotFlow(
+            target=self.name, keys=[KEY], stored_as_scd_type=self.scd_type
+        )
+        self.version = 0
+
+    def table_dirs(self) -> list[Path]:
+        return [self.warehouse / f"{self.name}{suffix}" for suffix in ("", "__autocdc_state")]
+
+    def load(self, snapshot: DataFrame) -> None:
+        self.flow.apply(snapshot, self.version)
+
+    def apply(self, snapshot: DataFrame) -> None:
+        self.version += 1
+        self.flow.apply(snapshot, self.version)
+
+    def result(self, spark: SparkSession) -> DataFrame:
+        return self.flow.current(spark)

@@ -6,7 +6,9 @@ AUTOCDC_TEST_COLLECT=1 also runs ``collect_tombstones`` after every batch)
 ROWS_JSON is one batch (a list of rows) or ``{"batches": [batch, ...]}``: several batches
 applied in turn by one process, the crash point armed for the last one only. A ``"before":
 {"target": ..., "scd_type": ..., "batches": [...]}`` entry is applied in full first, to its
-own target: one process (one Spark start) then serves two kill chains.
+own target: one process (one Spark start) then serves two kill chains. ``{"snapshot": rows}``
+instead runs an ``AutoCdcSnapshotFlow`` over a view of those rows (id, a, b: a source
+numbered by run), the crash point armed.
 
 ``{"two_flows": {"targets": {name: scd_type}, "first": batch, "A": batch, "B": batch}}``:
 two flows into each target (:func:`two_flows`: A full rows, B partial upserts); A's
@@ -84,14 +86,20 @@ def run_two_flows(spark: SparkSession, plan: dict, crash_at: str | None) -> None
         thread.join()
 
 
+SNAPSHOT_SCHEMA = "id int, a string, b int"
+
+
 def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
     spark = autocdc.spark_session(warehouse=warehouse, conf=SUBPROCESS_CONF)
     payload = json.loads(rows_json)
     if isinstance(payload, dict) and "two_flows" in payload:
         run_two_flows(spark, payload["two_flows"], os.environ.pop(CRASH_ENV, None))
         return
-    batches = payload["batches"] if isinstance(payload, dict) else [payload]
     crash_at = os.environ.pop(CRASH_ENV, None)
+    if isinstance(payload, dict) and "snapshot" in payload:
+        run_snapshot(spark, target, int(scd_type), payload["snapshot"], crash_at)
+        return
+    batches = payload["batches"] if isinstance(payload, dict) else [payload]
     before = payload.get("before") if isinstance(payload, dict) else None
     if before:
         apply_all(spark, before["target"], int(before["scd_type"]), before["batches"])
@@ -123,6 +131,18 @@ def apply_all(
         retry_lost(lambda df=df: flow.apply(df))
         if os.environ.get("AUTOCDC_TEST_COLLECT"):
             retry_lost(lambda: flow.collect_tombstones(spark))
+
+
+def run_snapshot(
+    spark: SparkSession, target: str, scd_type: int, rows: list[list], crash_at: str | None
+) -> None:
+    """Process a view of ``rows`` as the next snapshot of ``target`` (keys: id)."""
+    view = spark.createDataFrame([tuple(r) for r in rows], SNAPSHOT_SCHEMA)
+    view.createOrReplaceTempView("snapshot_source")
+    if crash_at:
+        os.environ[CRASH_ENV] = crash_at
+    flow = autocdc.AutoCdcSnapshotFlow(target=target, keys=["id"], stored_as_scd_type=scd_type)
+    flow.run(spark, "snapshot_source")
 
 
 def retry_lost(action: Callable[[], object]) -> None:

@@ -156,3 +156,20 @@ def fold_scd2(
         open_versions[key] = (values, seq)
     versions |= {(k, v, s, None) for k, (v, s) in open_versions.items()}
     return versions
+
+
+def snapshot_changes(snapshots: Iterable[tuple[Any, dict[Any, tuple[Any, ...]]]]) -> list[Change]:
+    """The changes a series of snapshots ``(version, {key: values})``, in ascending version
+    order, stands for: against the previous snapshot, a new or changed row is an upsert and
+    a missing key a delete, at the snapshot's version; an unchanged row is no change."""
+    changes: list[Change] = []
+    previous: dict[Any, tuple[Any, ...]] = {}
+    for version, rows in snapshots:
+        changes += [
+            Change(k, version, UPSERT, v)
+            for k, v in rows.items()
+            if k not in previous or previous[k] != v
+        ]
+        changes += [Change(k, version, DELETE) for k in previous if k not in rows]
+        previous = rows
+    return changes

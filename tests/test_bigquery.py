@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from decimal import Decimal
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
-from test_pipelines import run
+from test_pipelines import copy_example, run
 
 import autocdc
 from autocdc.engine.errors import (
@@ -162,12 +161,8 @@ def test_explicit_options_ignore_the_change_type(spark, new_table):
 
 def test_example_pipeline(spark, tmp_path, new_table):
     """pipelines/bigquery (Python SCD1 and SQL SCD2 flows with no sequence), on a copy."""
-    root = tmp_path / "bigquery"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("storage", "warehouse"))
     database = new_table("bq_example")
-    spec = root / "spark-pipeline.yml"
-    spec.write_text(spec.read_text().replace("database: bigquery_demo", f"database: {database}"))
-    run(spark, spec)
+    run(spark, copy_example(EXAMPLE, tmp_path / "bigquery", database))
 
     orders = [
         (1, "ada", "shipped", Decimal("30.00")),

@@ -22,11 +22,11 @@ from autocdc.pipelines import lock, project
 from autocdc.pipelines.errors import PipelineLockedError
 from autocdc.pipelines.project import PipelineSpecError
 
-# argv: storage, expiry, seconds to hold; prints "held" once it holds the lease
+# argv: storage, expiry, seconds to hold, lease name; prints "held" once it holds the lease
 HOLDER = """
 import sys, time
 from autocdc.pipelines import lock
-with lock.hold(sys.argv[1], "shop", float(sys.argv[2])):
+with lock.hold(sys.argv[1], "shop", float(sys.argv[2]), name=sys.argv[4]):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))
 """
@@ -60,11 +60,16 @@ def env() -> dict[str, str]:
 
 
 def start_holder(
-    storage: Path, expiry: float, seconds: float = 120, sigint_ignored: bool = False
+    storage: Path,
+    expiry: float,
+    seconds: float = 120,
+    sigint_ignored: bool = False,
+    name: str = lock.LEASE,
 ) -> subprocess.Popen:
-    """A process holding the lease (started with SIGINT ignored, as a script's background
-    job is, if ``sigint_ignored``); returns once it holds it."""
-    args = [sys.executable, "-c", HOLDER, str(storage), str(expiry), str(seconds)]
+    """A process holding the lease (the run's, or another of the storage: ``name``;
+    started with SIGINT ignored, as a script's background job is, if ``sigint_ignored``);
+    returns once it holds it."""
+    args = [sys.executable, "-c", HOLDER, str(storage), str(expiry), str(seconds), name]
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     proc = subprocess.Popen(
         args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ignore

@@ -27,13 +27,14 @@ SMALL_SPARK = {
 SEED = int(os.environ.get("AUTOCDC_CRASH_SEED", "7"))
 
 
-def start(spec, crash_at: str | None) -> subprocess.Popen:
+def start(spec, crash_at: str | None, *args: str) -> subprocess.Popen:
+    """``autocdc run`` of ``spec`` (with ``args``), killed at the crash point ``crash_at``."""
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     if crash_at:
         env[CRASH_ENV] = crash_at
     return subprocess.Popen(
-        [sys.executable, "-m", "autocdc", "run", "--spec", str(spec)],
+        [sys.executable, "-m", "autocdc", "run", "--spec", str(spec), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

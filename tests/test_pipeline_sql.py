@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from autocdc.pipelines.sql import (
+    AutoCdcSnapshotStatement,
     AutoCdcStatement,
     CreateDataset,
     InsertFlow,
@@ -162,6 +163,41 @@ def test_apply_changes_spelling_and_bare_statement_name_the_flow_after_the_targe
 def test_source_forms(source: str, name: str, streaming: bool) -> None:
     flow = one(f"AUTO CDC INTO t FROM {source} KEYS (id) SEQUENCE BY ts")
     assert (flow.source, flow.streaming) == (name, streaming)
+
+
+def test_snapshot_flow() -> None:
+    flow = one(
+        "CREATE FLOW daily AS AUTO CDC INTO db.customers FROM SNAPSHOT db.export "
+        "KEYS (id, `re gion`) STORED AS SCD TYPE 2 TRACK HISTORY ON * EXCEPT (email)"
+    )
+    assert flow == AutoCdcSnapshotStatement(
+        name="daily",
+        target="db.customers",
+        source="db.export",
+        keys=["id", "re gion"],
+        stored_as_scd_type=2,
+        track_history_column_list=None,
+        track_history_except_column_list=["email"],
+        location=Location("p.sql", 1, 1),
+    )
+
+
+def test_snapshot_flow_defaults_and_clauses_in_any_order() -> None:
+    flow = one("apply changes into t from snapshot s keys (k)")
+    assert (flow.name, flow.source, flow.stored_as_scd_type) == ("t", "s", 1)
+    flow = one(
+        "AUTO CDC INTO t FROM SNAPSHOT s KEYS (k) TRACK HISTORY ON a, b STORED AS SCD TYPE 2"
+    )
+    assert (flow.track_history_column_list, flow.stored_as_scd_type) == (["a", "b"], 2)
+
+
+@pytest.mark.parametrize("clause", ["SEQUENCE BY ts", "APPLY AS DELETE WHEN op = 'D'", "COLUMNS a"])
+def test_snapshot_flow_refuses_change_feed_clauses(clause: str) -> None:
+    err = error(f"AUTO CDC INTO t FROM SNAPSHOT s KEYS (k) {clause}")
+    assert err.params["column"] == 42
+    assert (
+        err.params["expected"] == "one of: STORED AS SCD TYPE, TRACK HISTORY ON, `;`, end of input"
+    )
 
 
 @pytest.mark.parametrize(

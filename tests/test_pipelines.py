@@ -7,6 +7,7 @@ Each test's project has its own database, so tests share the session but not tab
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,14 @@ def drop(
         for c in changes
     ]
     (root / folder / f"{name}.json").write_text("\n".join(lines) + "\n")
+
+
+def copy_example(example: Path, root: Path, database: str) -> Path:
+    """A copy of an example project at ``root``, its tables in ``database``; its spec."""
+    shutil.copytree(example, root, ignore=shutil.ignore_patterns("storage", "warehouse"))
+    spec = root / "spark-pipeline.yml"
+    spec.write_text(re.sub(r"(?m)^database: .*$", f"database: {database}", spec.read_text()))
+    return spec
 
 
 def run(spark, spec: Path, **options) -> list[str]:

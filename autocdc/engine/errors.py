@@ -107,9 +107,10 @@ class TrackHistoryWithScd1Error(AutoCdcError):
 class ReservedColumnError(AutoCdcError):
     error_class = "AUTOCDC_RESERVED_COLUMN"
     template = (
-        "Column(s) {columns} collide with names autocdc reserves (`__START_AT`, `__END_AT` "
-        "and anything starting with `__autocdc`). Rename them in the source, e.g. with "
-        "withColumnRenamed, before applying the flow."
+        "Column(s) {columns} collide with names autocdc reserves (`__START_AT`, `__END_AT`, "
+        "anything starting with `__autocdc`, and in a snapshot `__snapshot_version` and "
+        "`__snapshot_deleted`). Rename them in the source, e.g. with withColumnRenamed, "
+        "before applying the flow."
     )
 
 
@@ -249,6 +250,43 @@ class ConcurrentWriteError(AutoCdcError):
         "Another writer kept committing to `{table}` while this batch was being applied "
         "({attempts} attempts); nothing of this batch was lost or half-applied. Run one "
         "writer per target at a time, then apply the batch again."
+    )
+
+
+class SnapshotVersionNotNewerError(AutoCdcError):
+    error_class = "AUTOCDC_SNAPSHOT_VERSION_NOT_NEWER"
+    template = (
+        "Snapshot version {version} for `{target}` is not greater than the last version "
+        "processed, {last}; nothing was written. Snapshots are applied once each, in "
+        "ascending version order: give a version above {last} (a next_snapshot function "
+        "receives it as latest_version), or start over with a full refresh."
+    )
+
+
+class SnapshotDuplicateKeyError(AutoCdcError):
+    error_class = "AUTOCDC_SNAPSHOT_DUPLICATE_KEY"
+    template = (
+        "Snapshot version {version} for `{target}` holds {rows} rows with key {key}; "
+        "nothing was written. A snapshot holds one row per key: remove the duplicates in "
+        "the source, or add the column that tells them apart to `keys`."
+    )
+
+
+class SnapshotNullKeyError(AutoCdcError):
+    error_class = "AUTOCDC_SNAPSHOT_NULL_KEY"
+    template = (
+        "Snapshot version {version} for `{target}` has a row whose key {key} is NULL in "
+        "{columns}; nothing was written. A NULL key identifies no row: filter such rows "
+        "out of the source or fill the key, then run again."
+    )
+
+
+class SnapshotInvalidVersionError(AutoCdcError):
+    error_class = "AUTOCDC_SNAPSHOT_INVALID_VERSION"
+    template = (
+        "The snapshot source of `{target}` gave {got}: expected a (DataFrame, version) "
+        "pair with an integer version (64 bits), or None when there is no newer snapshot. "
+        "Return e.g. (df, 20260131) for the snapshot of a day."
     )
 
 

@@ -86,6 +86,10 @@ class AutoCdcFlow(FlowSpec):
             tables.evolve(spark, self.target, target_fields, before=START_AT)
             tables.evolve(spark, self.state_table, fitted.layout.schema().fields, before=None)
 
+    def committed_batch(self, spark: SparkSession) -> int:
+        """The id of the last batch committed to the target (0: none yet)."""
+        return commit.committed_version(spark, self.target, self._names.app_id)
+
     def check(self, df: DataFrame, fresh: bool = False) -> None:
         """Raise what ``apply`` would raise for a batch of ``df``'s schema, writing nothing:
         a runner validates a whole pipeline (a streaming source included) before it runs.

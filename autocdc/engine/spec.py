@@ -99,6 +99,11 @@ def is_unreliable_key(data_type: DataType) -> bool:
     return isinstance(data_type, FractionalType) and not isinstance(data_type, DecimalType)
 
 
+def scd_type_from_str(value: object) -> object:
+    """``"1"`` and ``"2"`` as the SCD type they name (Databricks takes either form)."""
+    return int(value) if isinstance(value, str) and value.strip() in ("1", "2") else value
+
+
 def to_column(value: ColumnOrSql) -> Column:
     return value if isinstance(value, Column) else F.expr(value)
 
@@ -171,7 +176,7 @@ class FlowSpec(BaseModel):
     @field_validator("stored_as_scd_type", mode="before")
     @classmethod
     def _scd_type_from_str(cls, value: object) -> object:
-        return int(value) if isinstance(value, str) and value.strip() in ("1", "2") else value
+        return scd_type_from_str(value)
 
     @field_validator("keys", mode="before")
     @classmethod

@@ -3,8 +3,10 @@
 The same functions as ``pyspark.pipelines`` (the decorators are pyspark's own), with a
 ``create_auto_cdc_flow`` that takes every ``autocdc.AutoCdcFlow`` parameter: SCD type 2,
 truncates, ``ignore_null_updates`` and partial upserts (``columns_to_update``),
-track-history lists, retention, horizon policy; and ``once`` flows (backfills).
-Library files run by ``autocdc run`` may mix both imports.
+track-history lists, retention, horizon policy, ``once`` flows (backfills);
+``create_extraction_source``, a source that queries a database table incrementally; and
+Databricks' ``create_auto_cdc_from_snapshot_flow``, which pyspark lacks. Library files run
+by ``autocdc run`` may mix both imports.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ from pyspark.pipelines.graph_element_registry import get_active_graph_element_re
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
 from pyspark.sql import SparkSession
 
-from autocdc import AutoCdcFlow
+from autocdc import AutoCdcFlow, AutoCdcSnapshotFlow
+from autocdc.engine.snapshot import NextSnapshot
+from autocdc.sources.extract import Batch as ExtractionBatch
+from autocdc.sources.extract import Extraction, ExtractionOptions
 
 __all__ = [
+    "ExtractionBatch",
+    "ExtractionOptions",
     "append_flow",
     "create_auto_cdc_flow",
+    "create_auto_cdc_from_snapshot_flow",
+    "create_extraction_source",
     "create_streaming_table",
     "materialized_view",
     "run",
@@ -37,11 +46,19 @@ __all__ = [
 
 
 def create_auto_cdc_flow(
-    *, target: str, source: str, name: str | None = None, once: bool = False, **options: Any
+    *,
+    target: str,
+    source: str,
+    name: str | None = None,
+    once: bool = False,
+    extract_options: ExtractionOptions | None = None,
+    **options: Any,
 ) -> None:
-    """Apply the change feed ``source`` (a dataset or table) to the streaming table
-    ``target``; ``options`` are ``AutoCdcFlow``'s (``columns_to_update`` and the ignore-null
-    lists for partial upserts included).
+    """Apply the change feed ``source`` (a dataset or table, read as a stream unless
+    ``once``; or an extraction source, read once per run) to the streaming table
+    ``target``; ``options`` are ``AutoCdcFlow``'s (``columns_to_update`` and the
+    ignore-null lists for partial upserts included). ``extract_options`` replace the
+    extraction source's own options for this flow (a run's replace both).
 
     ``once``: a backfill. ``source`` is read as one batch by the pipeline's first run, and
     again only after a full refresh of ``target``; a streaming flow into the same target
@@ -60,6 +77,85 @@ def create_auto_cdc_flow(
             options=options,
             streaming=not once,
             once=once,
+            extract_options=extract_options,
+        )
+    )
+
+
+def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any) -> None:
+    """Declare ``name``, a source that queries ``table`` of a PostgreSQL database (``dsn``,
+    a libpq connection string) each run; an AUTO CDC flow reads it as ``source=name``.
+
+    ``options``: ``strategy`` (``"WATERMARK"``, the default, ``"CUSTOM"`` or
+    ``"STATELESS"``), ``cdc_order`` (WATERMARK: column names, each optionally followed
+    by ASC or DESC), ``cursor`` (CUSTOM: an object or class with the hooks ``batches``,
+    ``seed``, ``fold`` and ``merge``), ``where`` (a SQL predicate: the rows in scope),
+    ``partitions`` (SQL predicates, one batch each), ``columns`` (Spark DDL: the columns
+    to keep and their types; default: every column, typed as the table implies) and
+    ``options`` (:class:`ExtractionOptions`: concurrency, retries, staging). See
+    docs/sources.md.
+
+    >>> dp.create_extraction_source(  # doctest: +SKIP
+    ...     name="orders_src", dsn=DSN, table="public.orders", cdc_order=["updated_at"])
+    >>> dp.create_auto_cdc_flow(target="orders", source="orders_src", keys=["id"],
+    ...                         sequence_by="updated_at")  # doctest: +SKIP
+
+    The declaration is checked here (the database when the pipeline resolves).
+    """
+    from autocdc.pipelines.errors import PipelineDefinitionError
+    from autocdc.pipelines.registry import ExtractionSource, Registry, where
+
+    location = get_caller_source_code_location(stacklevel=1)
+    source = Extraction(name=name, dsn=dsn, table=table, **options)
+    registry = get_active_graph_element_registry()
+    if not isinstance(registry, Registry):
+        raise PipelineDefinitionError(
+            where=where(location),
+            problem=f"extraction source `{name}` is an autocdc definition",
+            hint="Run the pipeline with `autocdc run` (or dp.run).",
+        )
+    registry.add_extraction(ExtractionSource(source, where(location)))
+
+
+def create_auto_cdc_from_snapshot_flow(
+    *,
+    target: str,
+    source: str | NextSnapshot,
+    keys: list[str],
+    stored_as_scd_type: int | str = 1,
+    track_history_column_list: list[str] | None = None,
+    track_history_except_column_list: list[str] | None = None,
+    name: str | None = None,
+) -> None:
+    """Make the streaming table ``target`` follow full snapshots of ``source`` (AUTO CDC
+    FROM SNAPSHOT): each run diffs the next snapshot against the target, so a new key is
+    inserted, a changed row updated (a new version for SCD type 2) and a missing key
+    deleted, at the snapshot's version.
+
+    ``source`` is a table or view, read whole each run (its version: the Delta table's,
+    else one more than the last), or a function ``next_snapshot(latest_version)`` that
+    returns ``(DataFrame, version)`` or None, called until it returns None; see
+    ``autocdc.AutoCdcSnapshotFlow``. The declaration is checked here, so a bad option
+    names this line.
+    """
+    from autocdc.pipelines.registry import SnapshotFlow, where
+
+    location = get_caller_source_code_location(stacklevel=1)
+    options = {
+        "keys": keys,
+        "stored_as_scd_type": stored_as_scd_type,
+        "track_history_column_list": track_history_column_list,
+        "track_history_except_column_list": track_history_except_column_list,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises on a bad declaration
+    get_active_graph_element_registry().register_auto_cdc_flow(
+        SnapshotFlow(
+            name=name or target,
+            target=target,
+            source=source,
+            where=where(location),
+            options=options,
         )
     )
 
@@ -71,10 +167,12 @@ def run(
     full_refresh: list[str] | None = None,
     full_refresh_all: bool = False,
     refresh: list[str] | None = None,
+    extract_options: ExtractionOptions | None = None,
 ) -> list[str]:
     """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
-    return the datasets in the order they ran."""
+    return the datasets in the order they ran. ``extract_options`` replace every
+    extraction flow's and source's options for this run."""
     from autocdc import spark_session
     from autocdc.pipelines import cli, project, runner
 
@@ -84,6 +182,7 @@ def run(
         full_refresh=set(full_refresh or []),
         full_refresh_all=full_refresh_all,
         refresh=None if refresh is None else set(refresh),
+        extract=extract_options,
     )
     resolved = cli.resolve(loaded, spark, options)
     runner.Runner(spark, loaded, resolved).run(options)

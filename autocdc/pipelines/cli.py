@@ -18,11 +18,13 @@ from datetime import datetime
 from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
+from pydantic import ValidationError
 from pyspark.sql import SparkSession
 from rich.console import Console
 
 from autocdc import AutoCdcError, log_file, spark_session
 from autocdc.pipelines import (
+    ExtractionOptions,
     graph,
     interrupt,
     lock,
@@ -47,6 +49,18 @@ def _seconds(interval: str) -> float:
     return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
+def _extract_options(text: str) -> ExtractionOptions:
+    """``retries=3,max_concurrency=2,staging=true`` -> the run's extraction options."""
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    try:
+        return ExtractionOptions(**{k.strip(): v.strip() for k, _, v in pairs})
+    except AutoCdcError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    except ValidationError as error:
+        said = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise argparse.ArgumentTypeError(said) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autocdc", description="Run declarative CDC pipelines.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--continuous", action="store_true", help="keep running until Ctrl-C")
     run.add_argument(
         "--trigger-interval", type=_seconds, default=10.0, help='e.g. "10 seconds", 5s, 1m'
+    )
+    run.add_argument(
+        "--extract-options",
+        type=_extract_options,
+        metavar="K=V,...",
+        help="extraction options for this run, replacing the flows' and sources' "
+        "(max_concurrency, retries, staging, page_rows)",
     )
     report.add_arguments(commands.add_parser("report", help="write the status page (HTML)"))
     init = commands.add_parser("init", help="create a sample project")
@@ -155,6 +176,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
         refresh=getattr(args, "refresh", None),
         continuous=getattr(args, "continuous", False),
         trigger_seconds=getattr(args, "trigger_interval", 10.0),
+        extract=getattr(args, "extract_options", None),
     )
     resolved = resolve(spec, spark, options)
     interrupt.check()

@@ -56,6 +56,16 @@ class FlowsDisagreeError(AutoCdcError):
     )
 
 
+class SnapshotTargetSharedError(AutoCdcError):
+    error_class = "AUTOCDC_PIPELINE_SNAPSHOT_TARGET_SHARED"
+    template = (
+        "{where}: AUTO CDC FROM SNAPSHOT flow `{flow}` writes into `{target}`, and so does "
+        "flow `{other}` ({first}). A snapshot flow makes its target equal to each snapshot "
+        "(keys missing from it are deleted), so it must be the target's only flow: write "
+        "the other flow into another table."
+    )
+
+
 class BatchQueryForStreamingTableError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_BATCH_QUERY_FOR_STREAMING_TABLE"
     template = (

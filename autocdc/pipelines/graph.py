@@ -22,8 +22,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
+from pyspark.sql.types import LongType
 
-from autocdc import AutoCdcError, AutoCdcFlow, DefinitionChangedError, TargetNotPartialError
+from autocdc import (
+    AutoCdcError,
+    AutoCdcFlow,
+    AutoCdcSnapshotFlow,
+    DefinitionChangedError,
+    TargetNotPartialError,
+)
+from autocdc.pipelines import extraction
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
     CycleError,
@@ -31,9 +39,10 @@ from autocdc.pipelines.errors import (
     FlowAnalysisError,
     FlowsDisagreeError,
     NotAStreamingTableError,
+    SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, Registry
+from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, Registry, SnapshotFlow
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
 CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
@@ -89,7 +98,11 @@ def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
 
 def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
     """The change feed of a CDC flow (a once flow's as one batch); a Delta change data
-    feed's pre-images are dropped (each update's post-image carries the change)."""
+    feed's pre-images are dropped (each update's post-image carries the change). An
+    extraction source's has its columns and no rows: the runner reads it
+    (:mod:`autocdc.pipelines.extraction`)."""
+    if flow.extraction is not None:
+        return extraction.frame(spark, flow.extraction)
     reader = spark.readStream if flow.streaming and not flow.once else spark.read
     df = reader.table(flow.source)
     if CHANGE_TYPE in df.columns:
@@ -101,18 +114,28 @@ def engine_flow(flow: CdcFlow, target: str) -> AutoCdcFlow:
     return AutoCdcFlow(target=target, name=flow.name, **flow.options)
 
 
+def snapshot_flow(flow: SnapshotFlow, target: str) -> AutoCdcSnapshotFlow:
+    return AutoCdcSnapshotFlow(target=target, name=flow.name, **flow.options)
+
+
 def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
-    """What readers of the flow's target see: the query's rows, or for a CDC flow the
-    selected columns (plus the validity columns of type 2)."""
+    """What readers of the flow's target see: the query's rows, for a CDC flow the
+    selected columns, for a snapshot flow the snapshot's (plus the validity columns of
+    type 2, of the sequence's type: a snapshot's version is a bigint)."""
     if isinstance(flow, QueryFlow):
         return df
-    engine = engine_flow(flow, flow.target)
-    listing = engine.columns_to_update_column
-    excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
-    keep = engine.column_list or [c for c in df.columns if c not in excepted]
-    out = df.select(*[F.col(f"`{c}`") for c in keep])
-    if engine.stored_as_scd_type == 2:
+    if isinstance(flow, SnapshotFlow):
+        out, seq_type = df, LongType()
+        scd_type = snapshot_flow(flow, flow.target).stored_as_scd_type
+    else:
+        engine = engine_flow(flow, flow.target)
+        listing = engine.columns_to_update_column
+        excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
+        keep = engine.column_list or [c for c in df.columns if c not in excepted]
+        out = df.select(*[F.col(f"`{c}`") for c in keep])
+        scd_type = engine.stored_as_scd_type
         seq_type = df.select(engine.sequence_column()).schema[0].dataType
+    if scd_type == 2:
         validity = [F.lit(None).cast(seq_type).alias(c) for c in ("__START_AT", "__END_AT")]
         out = out.select("*", *validity)
     return out
@@ -133,10 +156,11 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 flow=flow.name,
                 target=flow.target,
                 kind=dataset.kind.replace("_", " "),
-                what="AUTO CDC flows" if isinstance(flow, CdcFlow) else "Append flows",
+                what="Append flows" if isinstance(flow, QueryFlow) else "AUTO CDC flows",
             )
         flows[dataset.name].append(flow)
     for name, into in flows.items():
+        _check_alone(into)
         cdc = [f for f in into if isinstance(f, CdcFlow)]
         _check_agree(cdc)
         if any(engine_flow(f, f.target).partial for f in cdc):
@@ -149,6 +173,20 @@ def _partial(flow: CdcFlow) -> CdcFlow:
     so the target's state, which every flow into it shares, must record which columns
     each upsert set, whichever flow creates it."""
     return dataclasses.replace(flow, options={**flow.options, "partial_target": True})
+
+
+def _check_alone(flows: list[Flow]) -> None:
+    """A snapshot flow deletes every key its snapshot lacks: it cannot share a target."""
+    snapshot = next((f for f in flows if isinstance(f, SnapshotFlow)), None)
+    if snapshot is not None and len(flows) > 1:
+        other = next(f for f in flows if f is not snapshot)
+        raise SnapshotTargetSharedError(
+            where=snapshot.where,
+            flow=snapshot.name,
+            target=snapshot.target,
+            other=other.name,
+            first=other.where,
+        )
 
 
 # What the flows into one target share through its state table (the source, sequence,
@@ -192,9 +230,16 @@ def _not_found(error: AnalysisException) -> str | None:
 
 def build(
     flow: Flow, dataset: Dataset, spark: SparkSession, target: str, fresh: bool = False
-) -> DataFrame:
-    """The DataFrame of one flow (checked by the engine for a CDC flow: against its stored
-    tables, or as a new target when ``fresh``)."""
+) -> DataFrame | None:
+    """The DataFrame of one flow (checked by the engine for a CDC or snapshot flow: against
+    its stored tables, or as a new target when ``fresh``); for a snapshot flow, its next
+    snapshot, None when its function has nothing newer."""
+    if isinstance(flow, SnapshotFlow):
+        if flow.extraction is not None:  # read by the runner: checked with no rows
+            df = extraction.frame(spark, flow.extraction)
+            snapshot_flow(flow, target).check(df, fresh)
+            return df
+        return snapshot_flow(flow, target).peek(spark, flow.source, fresh)
     if isinstance(flow, CdcFlow):
         df = source_frame(spark, flow)
         engine_flow(flow, target).check(df, fresh)
@@ -225,10 +270,11 @@ def resolve(
             for name, dataset in list(waiting.items()):
                 try:
                     with recording_reads(spark) as read:
-                        frames = [
+                        built = [
                             (f, build(f, dataset, spark, qualify(name), fresh(name)))
                             for f in flows[name]
                         ]
+                        frames = [(f, df) for f, df in built if df is not None]
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
@@ -247,7 +293,7 @@ def resolve(
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
-                    cdc = [f for f in flows[name] if isinstance(f, CdcFlow)]
+                    cdc = [f for f in flows[name] if not isinstance(f, QueryFlow)]
                     current = (cdc or flows[name])[0]
                     raise FlowAnalysisError(
                         where=current.where,

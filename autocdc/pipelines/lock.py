@@ -40,12 +40,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from autocdc import AutoCdcError
 from autocdc.pipelines.errors import PipelineLockedError, PipelineLockLostError
 from autocdc.pipelines.project import Project
 
@@ -55,6 +56,8 @@ DEFAULT_EXPIRY_SECONDS = 60.0
 MAX_HEARTBEAT_SECONDS = 5.0
 _ATTEMPTS = 20  # claims that vanish or go stale under us before we give up
 FileId = tuple[int, int]  # (st_dev, st_ino): which file a name points at
+# The error a refused claim raises, from the holder's facts (PipelineLockedError's params).
+Refusal = Callable[..., AutoCdcError]
 
 
 def expiry_seconds(spec: Project) -> float:
@@ -74,9 +77,15 @@ def expiry_seconds(spec: Project) -> float:
 
 @contextlib.contextmanager
 def hold(
-    storage: Path | str, pipeline: str, expiry: float = DEFAULT_EXPIRY_SECONDS
+    storage: Path | str,
+    pipeline: str,
+    expiry: float = DEFAULT_EXPIRY_SECONDS,
+    *,
+    name: str = LEASE,
+    refused: Refusal = PipelineLockedError,
 ) -> Iterator[Lease]:
-    """Hold the pipeline's run lock for the block; raises :class:`PipelineLockedError` if
+    """Hold the pipeline's run lock (or another lease of the storage: ``name``, and the
+    error ``refused`` builds) for the block; raises :class:`PipelineLockedError` if
     another run holds it, :class:`PipelineLockLostError` if this run lost it meanwhile.
     A storage folder the lease had to create is removed with it if still empty: a run
     that fails before writing anything leaves nothing behind.
@@ -86,7 +95,7 @@ def hold(
     """
     folder = Path(storage)
     created = not folder.exists()
-    lease = Lease.acquire(folder / LEASE, pipeline, expiry)
+    lease = Lease.acquire(folder / name, pipeline, expiry, refused)
     try:
         yield lease
     except BaseException as error:
@@ -125,14 +134,14 @@ class Claim:
         pid, started = self.fields.get("pid"), self.fields.get("started") or ""
         return isinstance(pid, int) and pid > 0 and _gone(pid, str(started))
 
-    def refusal(self, path: Path, pipeline: str, expiry: float) -> PipelineLockedError:
+    def refusal(self, path: Path, pipeline: str, expiry: float, refused: Refusal) -> AutoCdcError:
         now = time.time()
         since = self.fields.get("since", "?")
         try:
             ago = _duration(now - datetime.fromisoformat(since).timestamp())
         except (TypeError, ValueError):
             ago = "?"
-        return PipelineLockedError(
+        return refused(
             pipeline=self.fields.get("pipeline", pipeline),
             host=self.fields.get("host", "?"),
             pid=self.fields.get("pid", "?"),
@@ -166,7 +175,9 @@ class Lease:
         self._beat.start()
 
     @classmethod
-    def acquire(cls, path: Path, pipeline: str, expiry: float) -> Lease:
+    def acquire(
+        cls, path: Path, pipeline: str, expiry: float, refused: Refusal = PipelineLockedError
+    ) -> Lease:
         """Claim the lease, taking it over from a dead holder.
 
         Only one of several runs that see the same dead claim at once wins: a run becomes
@@ -200,11 +211,11 @@ class Lease:
             if claim is None:
                 continue  # released meanwhile
             if not claim.over(expiry, time.time()):
-                raise claim.refusal(path, pipeline, expiry)
+                raise claim.refusal(path, pipeline, expiry, refused)
             _remove(path, claim.file, claim.fields.get("run_id"))
             seen = claim
         assert seen is not None, f"{path} kept vanishing"
-        raise seen.refusal(path, pipeline, expiry)  # a busy stream of dead claims: give up
+        raise seen.refusal(path, pipeline, expiry, refused)  # a stream of dead claims: give up
 
     @property
     def interval(self) -> float:

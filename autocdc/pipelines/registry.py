@@ -13,7 +13,7 @@ import importlib.util
 import os
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ from pyspark.pipelines.source_code_location import SourceCodeLocation
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from autocdc import AutoCdcError
+from autocdc.engine.snapshot import NextSnapshot
 from autocdc.pipelines import sql
 from autocdc.pipelines.errors import (
     DuplicateDatasetError,
@@ -35,6 +36,7 @@ from autocdc.pipelines.errors import (
     PipelineDefinitionError,
 )
 from autocdc.pipelines.project import Project
+from autocdc.sources.extract import Extraction, ExtractionOptions
 
 Kind = Literal["streaming_table", "materialized_view", "temporary_view"]
 KINDS: dict[type, Kind] = {
@@ -72,7 +74,8 @@ class CdcFlow:
 
     ``streaming``: the source is read as a stream (else as one batch, every run).
     ``once``: a backfill, read as one batch by the first run and after a full refresh of
-    its target only (the runner records in its checkpoint folder that it ran)."""
+    its target only (the runner records in its checkpoint folder that it ran). When
+    ``source`` names an extraction source, ``extraction`` is it (set by :func:`load`)."""
 
     name: str
     target: str
@@ -81,9 +84,61 @@ class CdcFlow:
     options: dict[str, Any]
     streaming: bool = True
     once: bool = False
+    extract_options: ExtractionOptions | None = None
+    extraction: Extraction | None = None
 
 
-Flow = QueryFlow | CdcFlow
+@dataclass(frozen=True)
+class ExtractionSource:
+    """A source declared with ``dp.create_extraction_source``; flows name it."""
+
+    extraction: Extraction
+    where: str
+
+
+@dataclass(frozen=True)
+class SnapshotFlow:
+    """An AUTO CDC FROM SNAPSHOT flow: ``source`` (a table or view, read whole each run, or
+    a ``next_snapshot(latest_version)`` function) applied to ``target`` by an
+    ``autocdc.AutoCdcSnapshotFlow`` built from ``options`` (its parameters but target and
+    name)."""
+
+    name: str
+    target: str
+    source: str | NextSnapshot
+    where: str
+    options: dict[str, Any]
+    extraction: Extraction | None = None  # a STATELESS source's, set by :func:`load`
+
+
+Flow = QueryFlow | CdcFlow | SnapshotFlow
+
+
+# The clauses of an SQL AUTO CDC statement that are flow options, by statement kind.
+_SNAPSHOT_OPTIONS = (
+    "keys",
+    "stored_as_scd_type",
+    "track_history_column_list",
+    "track_history_except_column_list",
+)
+_CDC_OPTIONS = (
+    *_SNAPSHOT_OPTIONS,
+    "sequence_by",
+    "apply_as_deletes",
+    "apply_as_truncates",
+    "column_list",
+    "except_column_list",
+    "ignore_null_updates",
+    "ignore_null_updates_column_list",
+    "ignore_null_updates_except_column_list",
+    "columns_to_update",
+)
+
+
+def _given(statement: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The options among ``names`` that the statement gives (not None)."""
+    options = {name: getattr(statement, name) for name in names}
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def where(location: SourceCodeLocation | sql.Location) -> str:
@@ -117,6 +172,7 @@ class Registry(GraphElementRegistry):
         self.spark = spark
         self.datasets: dict[str, Dataset] = {}
         self.flows: dict[str, Flow] = {}
+        self.extractions: dict[str, ExtractionSource] = {}
 
     def add_dataset(self, dataset: Dataset) -> None:
         if dataset.name in self.datasets:
@@ -129,6 +185,55 @@ class Registry(GraphElementRegistry):
             first = self.flows[flow.name].where
             raise DuplicateFlowError(where=flow.where, name=flow.name, first=first)
         self.flows[flow.name] = flow
+
+    def add_extraction(self, source: ExtractionSource) -> None:
+        name = source.extraction.name
+        if name in self.extractions:
+            first = self.extractions[name].where
+            raise DuplicateDatasetError(where=source.where, name=name, first=first)
+        self.extractions[name] = source
+
+    def link_extractions(self) -> None:
+        """Give each flow that reads an extraction source its declaration; refuse what
+        cannot be meant (a dataset of the same name, extraction options elsewhere)."""
+        for name, source in self.extractions.items():
+            if name in self.datasets:
+                first = self.datasets[name].where
+                raise DuplicateDatasetError(where=source.where, name=name, first=first)
+        for name, flow in self.flows.items():
+            if isinstance(flow, SnapshotFlow):
+                self._link_snapshot(name, flow)
+            if not isinstance(flow, CdcFlow):
+                continue
+            found = self.extractions.get(flow.source)
+            if found is not None:
+                self.flows[name] = replace(flow, extraction=found.extraction)
+            elif flow.extract_options is not None:
+                raise PipelineDefinitionError(
+                    where=flow.where,
+                    problem=f"flow `{name}` has extract_options, but its source "
+                    f"`{flow.source}` is not an extraction source",
+                    hint="Remove extract_options, or declare the source with "
+                    "dp.create_extraction_source.",
+                )
+
+    def _link_snapshot(self, name: str, flow: SnapshotFlow) -> None:
+        """A snapshot flow reads an extraction source whole each run: only a STATELESS one
+        does (a WATERMARK or CUSTOM read lacks the rows that did not change, which a
+        snapshot flow would delete)."""
+        found = self.extractions.get(flow.source) if isinstance(flow.source, str) else None
+        if found is None:
+            return
+        if found.extraction.keeps_checkpoint:
+            raise PipelineDefinitionError(
+                where=flow.where,
+                problem=f"snapshot flow `{name}` reads `{flow.source}`, a "
+                f"{found.extraction.strategy.value} extraction source: each run reads only "
+                "the rows that changed, and the snapshot flow would delete every other key",
+                hint="Declare the source with strategy='STATELESS' (every run reads it "
+                "whole), or read it with dp.create_auto_cdc_flow.",
+            )
+        self.flows[name] = replace(flow, extraction=found.extraction)
 
     def register_output(self, output: sdp_output.Output) -> None:
         kind = KINDS.get(type(output))
@@ -160,8 +265,8 @@ class Registry(GraphElementRegistry):
             )
         )
 
-    def register_auto_cdc_flow(self, flow: sdp_flow.AutoCdcFlow | CdcFlow) -> None:
-        if isinstance(flow, CdcFlow):
+    def register_auto_cdc_flow(self, flow: sdp_flow.AutoCdcFlow | CdcFlow | SnapshotFlow) -> None:
+        if isinstance(flow, CdcFlow | SnapshotFlow):
             self.add_flow(flow)
             return
         options = {
@@ -209,32 +314,24 @@ class Registry(GraphElementRegistry):
             self.add_flow(
                 QueryFlow(statement.name, statement.target, self._sql(statement.query), at)
             )
-        else:
-            options = {
-                name: getattr(statement, name)
-                for name in (
-                    "keys",
-                    "sequence_by",
-                    "apply_as_deletes",
-                    "apply_as_truncates",
-                    "column_list",
-                    "except_column_list",
-                    "stored_as_scd_type",
-                    "track_history_column_list",
-                    "track_history_except_column_list",
-                    "ignore_null_updates",
-                    "ignore_null_updates_column_list",
-                    "ignore_null_updates_except_column_list",
-                    "columns_to_update",
+        elif isinstance(statement, sql.AutoCdcSnapshotStatement):
+            self.add_flow(
+                SnapshotFlow(
+                    name=statement.name,
+                    target=statement.target,
+                    source=statement.source,
+                    where=at,
+                    options=_given(statement, _SNAPSHOT_OPTIONS),
                 )
-            }
+            )
+        else:
             self.add_flow(
                 CdcFlow(
                     name=statement.name,
                     target=statement.target,
                     source=statement.source,
                     where=at,
-                    options={k: v for k, v in options.items() if v is not None},
+                    options=_given(statement, _CDC_OPTIONS),
                     streaming=statement.streaming,
                     once=statement.once,
                 )
@@ -297,4 +394,5 @@ def load(project: Project, spark: SparkSession) -> Registry:
                 _import(path, spark)
             else:
                 registry.register_sql(path.read_text(), path.relative_to(project.root))
+    registry.link_extractions()
     return registry

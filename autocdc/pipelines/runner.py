@@ -36,14 +36,16 @@ from pyspark.sql.streaming import StreamingQuery
 from autocdc import AutoCdcError, AutoCdcFlow
 from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.snapshot import NextSnapshot
+from autocdc.pipelines import extraction, interrupt, lock
 from autocdc.pipelines import graph as g
-from autocdc.pipelines import interrupt
 from autocdc.pipelines import position as pos
 from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetError
 from autocdc.pipelines.eventlog import EventLog
 from autocdc.pipelines.progress import Progress
 from autocdc.pipelines.project import Project
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow
+from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
+from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
 
 APPLIED = "autocdc-applied-batch"
 RAN_ONCE = "autocdc-ran-once"  # a once flow's note: it ran, since its last full refresh
@@ -56,6 +58,7 @@ class Options:
     refresh: set[str] | None = None  # None: every dataset
     continuous: bool = False
     trigger_seconds: float = 10.0
+    extract: ExtractionOptions | None = None  # replace every extraction flow's and source's
 
     def resets(self, name: str) -> bool:
         """Whether dataset ``name`` is dropped by a full refresh before it runs."""
@@ -65,6 +68,18 @@ class Options:
 def qualifier(database: str | None) -> Callable[[str], str]:
     """Dataset name -> table name: unqualified names live in the spec's database."""
     return lambda name: f"{database}.{name}" if database and "." not in name else name
+
+
+def _once(snapshot: DataFrame) -> NextSnapshot:
+    """``snapshot`` as a ``next_snapshot`` function: one version past the last processed,
+    then nothing (a snapshot numbered by run, as a table that is not Delta's)."""
+
+    pending = [snapshot]
+
+    def next_snapshot(last: int | None) -> tuple[DataFrame, int] | None:
+        return (pending.pop(), (last or 0) + 1) if pending else None
+
+    return next_snapshot
 
 
 def say(message: str) -> None:
@@ -187,8 +202,9 @@ class Runner:
             ).saveAsTable(target)
         say(f"materialized view {target}: {self.spark.table(target).count()} rows")
 
-    def _started(self, flow: str, target: str, df: DataFrame) -> None:
-        self.sources[flow] = pos.sources(df, self.project.root) if df.isStreaming else []
+    def _started(self, flow: str, target: str, df: DataFrame | None) -> None:
+        streaming = df is not None and df.isStreaming
+        self.sources[flow] = pos.sources(df, self.project.root) if streaming else []
         self.progress.started(flow, self._flow_event("flow_started", flow, target))
 
     def _stopped(self, flow: str, target: str) -> None:
@@ -206,10 +222,15 @@ class Runner:
         return lag
 
     def _applied(
-        self, flow: str, target: str, metrics: BatchMetrics, stream_batch_id: int | None
+        self,
+        flow: str,
+        target: str,
+        metrics: BatchMetrics,
+        stream_batch_id: int | None,
+        position: list[dict] | None = None,
     ) -> None:
         """Log one applied batch: the event (with the offsets it reached and the lag after
-        it), the metrics line and the progress."""
+        it, or the ``position`` a batch source gives), the metrics line and the progress."""
         checkpoint = self.project.checkpoint(flow)
         found = self.sources.get(flow, [])
         ends = pos.offsets(checkpoint, stream_batch_id) if stream_batch_id is not None else []
@@ -220,7 +241,7 @@ class Runner:
             target=target,
             metrics=metrics,
             stream_batch_id=stream_batch_id,
-            position=pos.position(found, ends) if found else None,
+            position=pos.position(found, ends) if found else position,
             lag=lag,
         )
         self._log(metrics)
@@ -228,16 +249,39 @@ class Runner:
         number = metrics.batch_id if stream_batch_id is None else stream_batch_id
         self.progress.batch(flow, number, metrics.rows_in, metrics.seconds, lag)
 
-    def _apply(self, engine: AutoCdcFlow, df: DataFrame) -> BatchMetrics:
+    def _apply(self, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame) -> BatchMetrics:
         try:
-            return engine.apply(df)
+            return apply(df)
         except BaseException as error:
             self.failure = self.failure or error
             raise
 
+    def _snapshots(
+        self, flow: SnapshotFlow, dataset: Dataset, target: str, options: Options
+    ) -> None:
+        """Apply every snapshot newer than the last one processed, each logged as a batch."""
+        self._started(flow.name, target, None)
+
+        def applied(version: int, metrics: BatchMetrics) -> None:
+            say(f"flow {flow.name}: snapshot {version} applied")
+            self._applied(flow.name, target, metrics, None)
+            interrupt.check()  # a safe point: the snapshot and its version are recorded
+
+        engine = g.snapshot_flow(flow, target)
+        if flow.extraction is None:
+            engine.run(self.spark, flow.source, applied)
+        else:  # a STATELESS extraction: this run's read is the next snapshot
+            step = self._step(flow.name, flow.extraction, dataset.name)
+            chosen = resolve_options(options.extract, None, flow.extraction.options)
+            step.run(self.spark, chosen, lambda df: engine.run(self.spark, _once(df), applied))
+        self._stopped(flow.name, target)
+
     def _start(
         self, flow: Flow, dataset: Dataset, target: str, options: Options
     ) -> StreamingQuery | None:
+        if isinstance(flow, SnapshotFlow):
+            self._snapshots(flow, dataset, target, options)
+            return None
         checkpoint = self.project.checkpoint(flow.name)
         ran = checkpoint / RAN_ONCE
         if isinstance(flow, CdcFlow) and flow.once and ran.is_file():
@@ -254,8 +298,12 @@ class Runner:
                 )
             if isinstance(flow, CdcFlow):
                 engine = g.engine_flow(flow, target)
+                if flow.extraction is not None:
+                    self._extract(flow, dataset, target, options, engine.apply)
+                    self._stopped(flow.name, target)
+                    return None
                 if not df.isStreaming:  # a batch source: the whole table is one batch
-                    self._applied(flow.name, target, self._apply(engine, df), None)
+                    self._applied(flow.name, target, self._apply(engine.apply, df), None)
                     if flow.once:
                         checkpoint.mkdir(parents=True, exist_ok=True)
                         ran.touch()
@@ -275,6 +323,35 @@ class Runner:
                 return writer.start()
             return writer.toTable(target)
 
+    def _extract(
+        self,
+        flow: CdcFlow,
+        dataset: Dataset,
+        target: str,
+        run: Options,
+        apply: Callable[[DataFrame], BatchMetrics],
+    ) -> None:
+        """One run of a flow that reads an extraction source: its rows read, applied by
+        ``apply`` as one batch, then its checkpoint moved (:mod:`extraction`)."""
+        source = flow.extraction
+        assert source is not None
+        step = self._step(flow.name, source, dataset.name)
+        options = resolve_options(run.extract, flow.extract_options, source.options)
+        done = step.run(self.spark, options, lambda df: self._apply(apply, df))
+        self._applied(flow.name, target, done.result, None, [done.position(source.name)])
+
+    def _step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step:
+        return extraction.Step(
+            source=source,
+            flow=flow,
+            dataset=dataset,
+            checkpoints=self.project.checkpoint(flow),
+            storage=self.project.storage_path,
+            pipeline=self.project.name,
+            expiry=lock.expiry_seconds(self.project),
+            say=say,
+        )
+
     def _applier(self, engine: AutoCdcFlow, target: str, checkpoint: Path):
         note = checkpoint / APPLIED
         name = engine.name or engine.target
@@ -285,7 +362,7 @@ class Runner:
                 return
             # The event before the note: a crash between them replays the batch (a no-op
             # in the engine) and logs it twice rather than never.
-            self._applied(name, target, self._apply(engine, batch), batch_id)
+            self._applied(name, target, self._apply(engine.apply, batch), batch_id)
             partial = note.with_suffix(".tmp")
             partial.write_text(str(batch_id))
             partial.replace(note)
@@ -306,6 +383,8 @@ class Runner:
             shutil.rmtree(self.project.checkpoint(flow.name), ignore_errors=True)
             if isinstance(flow, CdcFlow):
                 g.engine_flow(flow, target).full_refresh(self.spark)
+            elif isinstance(flow, SnapshotFlow):
+                g.snapshot_flow(flow, target).full_refresh(self.spark)
         if self.spark.catalog.tableExists(target):
             location = self.spark.sql(f"DESCRIBE DETAIL {target}").first()["location"]
             self.spark.sql(f"DROP TABLE {target}")

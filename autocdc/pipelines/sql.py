@@ -30,13 +30,15 @@ _HEAD = 'IDENT | QUOTED_IDENT | STRING | NUMBER | OP | "(" _inner? ")"'
 _ITEM = _HEAD + ' | "." | "," | "=" | "*"'
 _GRAMMAR = rf"""
 start: _stmt? (";" _stmt?)*
-_stmt: streaming_table | materialized_view | temporary_view | insert_flow | cdc_flow | set_conf
+_stmt: streaming_table | materialized_view | temporary_view | insert_flow | cdc_flow
+    | snapshot_flow | set_conf
 
 streaming_table: "CREATE"i _refresh? "STREAMING"i "TABLE"i name schema? _clause* ("AS"i query)?
 materialized_view: "CREATE"i _refresh? "MATERIALIZED"i "VIEW"i name schema? _clause* "AS"i query
 temporary_view: "CREATE"i _replace? "TEMPORARY"i "VIEW"i name comment? "AS"i query
 insert_flow: _create_flow "INSERT"i "INTO"i target ("BY"i "NAME"i)? query
 cdc_flow: _create_flow? _cdc_into name "FROM"i source keys _cdc_clause*
+snapshot_flow: _create_flow? _cdc_into name "FROM"i snapshot keys _snapshot_clause*
 set_conf: "SET"i set_key "=" query
 _refresh: "OR"i "REFRESH"i
 _replace: "OR"i ("REFRESH"i | "REPLACE"i)
@@ -54,9 +56,11 @@ prop: (STRING | name) "="? (STRING | NUMBER | IDENT)
 format: "USING"i IDENT
 
 source: STREAM "(" name ")" | STREAM? name
+snapshot: "SNAPSHOT"i name
 keys: "KEYS"i "(" _columns ")"
 _cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
     | columns | stored_as_scd_type | track_history | columns_to_update
+_snapshot_clause: stored_as_scd_type | track_history
 ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i ("ON"i _selection)?
 apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
 apply_as_truncates: "APPLY"i "AS"i "TRUNCATE"i "WHEN"i expr
@@ -171,13 +175,25 @@ class AutoCdcStatement:
 
 
 @dataclass(frozen=True)
+class AutoCdcSnapshotStatement:
+    name: str  # flow name (target when not given)
+    target: str
+    source: str  # a table or view, read whole as each run's snapshot
+    keys: list[str]
+    stored_as_scd_type: int  # 1 unless STORED AS SCD TYPE 2
+    track_history_column_list: list[str] | None
+    track_history_except_column_list: list[str] | None
+    location: Location
+
+
+@dataclass(frozen=True)
 class SetConf:
     key: str
     value: str
     location: Location
 
 
-Statement = CreateDataset | InsertFlow | AutoCdcStatement | SetConf
+Statement = CreateDataset | InsertFlow | AutoCdcStatement | AutoCdcSnapshotStatement | SetConf
 
 _SUPPORTED = (
     "Supported statements: CREATE [OR REFRESH] STREAMING TABLE, CREATE [OR REFRESH] "
@@ -333,14 +349,18 @@ class _Builder(Transformer):
         (name, target), c = self._split(children)
         return InsertFlow(name, target, c["query"][0], _first(c, "comment"), self._loc(meta))
 
-    def cdc_flow(self, meta: Meta, children: list[Any]) -> AutoCdcStatement:
-        names, c = self._split(children)
-        (scd_type,) = c.get("stored_as_scd_type", ["1"])
+    def _scd_type(self, clauses: dict[str, list[Any]]) -> int:
+        (scd_type,) = clauses.get("stored_as_scd_type", ["1"])
         if scd_type not in ("1", "2"):
             raise _error(
                 self._file, scd_type.line, scd_type.column, f"SCD TYPE {scd_type} is not supported",
                 "SCD TYPE 1 or SCD TYPE 2", "Use 1 to keep the latest row, 2 to keep history.",
             )  # fmt: skip
+        return int(scd_type)
+
+    def cdc_flow(self, meta: Meta, children: list[Any]) -> AutoCdcStatement:
+        names, c = self._split(children)
+        scd_type = self._scd_type(c)
         columns, except_columns = (c.get("columns") or [(None, None)])[0]
         track, except_track = (c.get("track_history") or [(None, None)])[0]
         ignoring, except_ignoring = (c.get("ignore_null_updates") or [(None, None)])[0]
@@ -357,7 +377,7 @@ class _Builder(Transformer):
             apply_as_truncates=_first(c, "apply_as_truncates"),
             column_list=columns,
             except_column_list=except_columns,
-            stored_as_scd_type=int(scd_type),
+            stored_as_scd_type=scd_type,
             track_history_column_list=track,
             track_history_except_column_list=except_track,
             ignore_null_updates="ignore_null_updates" in c and c["ignore_null_updates"] == [],
@@ -366,6 +386,20 @@ class _Builder(Transformer):
             columns_to_update=to_update[0] if isinstance(to_update, tuple) else to_update,
             ignore_null_updates_column_list=ignoring,
             ignore_null_updates_except_column_list=except_ignoring,
+        )
+
+    def snapshot_flow(self, meta: Meta, children: list[Any]) -> AutoCdcSnapshotStatement:
+        names, c = self._split(children)
+        track, except_track = (c.get("track_history") or [(None, None)])[0]
+        return AutoCdcSnapshotStatement(
+            name=names[0],
+            target=names[-1],
+            source=c["snapshot"][0],
+            keys=c["keys"],
+            stored_as_scd_type=self._scd_type(c),
+            track_history_column_list=track,
+            track_history_except_column_list=except_track,
+            location=self._loc(meta),
         )
 
     def set_conf(self, meta: Meta, children: list[Any]) -> SetConf:

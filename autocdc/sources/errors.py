@@ -44,3 +44,71 @@ class ReplicaIdentityError(AutoCdcError):
 class UnknownKeyColumnError(AutoCdcError):
     error_class = "AUTOCDC_POSTGRES_UNKNOWN_KEY_COLUMN"
     template = "Option `keys.{table}` names {columns}, which {table} does not have ({available})."
+
+
+class NoCdcOrderError(AutoCdcError):
+    error_class = "AUTOCDC_EXTRACT_NO_CDC_ORDER"
+    template = (
+        "WATERMARK extraction source `{source}` has no `cdc_order`, so nothing tells which "
+        "rows changed since the last run. Name the column(s) that advance when a row "
+        "changes, e.g. cdc_order=['updated_at'] (or 'version DESC'); or use strategy "
+        "STATELESS to read the whole table every run."
+    )
+
+
+class CursorHookMissingError(AutoCdcError):
+    error_class = "AUTOCDC_EXTRACT_HOOK_MISSING"
+    template = (
+        "CUSTOM extraction source `{source}`: its cursor ({cursor}) has no {missing}. A "
+        "CUSTOM cursor implements batches(checkpoint), seed(checkpoint), fold(acc, row) and "
+        "merge(a, b): add the missing ones, or use strategy WATERMARK with `cdc_order`."
+    )
+
+
+class BadBatchError(AutoCdcError):
+    error_class = "AUTOCDC_EXTRACT_BAD_BATCH"
+    template = (
+        "The cursor of extraction source `{source}` returned {value} from batches(). Return "
+        "ExtractionBatch(where, params) objects, or SQL predicates as strings."
+    )
+
+
+class CheckpointNotJsonError(AutoCdcError):
+    error_class = "AUTOCDC_EXTRACT_CHECKPOINT_NOT_JSON"
+    template = (
+        "The checkpoint of extraction source `{source}` cannot be stored: {problem}. A "
+        "cursor's accumulator is made of JSON values (dict with string keys, list, str, int, "
+        "float, bool, None) and Decimal: convert the rest, e.g. a datetime to its ISO text."
+    )
+
+
+class BatchFailedError(AutoCdcError):
+    error_class = "AUTOCDC_EXTRACT_BATCH_FAILED"
+    template = (
+        "Batch {batch} of {batches} of extraction source `{source}` (WHERE {where}) failed "
+        "{attempts} times; the last error: {error}. Nothing was applied and the checkpoint "
+        "is kept, so the next run reads these rows again: fix the cause, then run again "
+        "(option `retries`, 1 to 5, retries a failed batch)."
+    )
+
+
+class SourceLockedError(AutoCdcError):
+    """Another run reads the source (see :mod:`autocdc.pipelines.lock`)."""
+
+    error_class = "AUTOCDC_EXTRACT_LOCKED"
+    template = (
+        "Extraction source `{source}` is being read by another run: host {host}, pid {pid}, "
+        "since {since} ({ago} ago), holding {path}. Wait for that run to end, or stop it. If "
+        "it died, its claim expires {expiry:g} s after its last heartbeat ({heartbeat_ago} "
+        "ago), and at once on its own host when its process is gone; then run again."
+    )
+
+
+class ExtractionChangedError(AutoCdcError):
+    error_class = "AUTOCDC_EXTRACT_DEFINITION_CHANGED"
+    template = (
+        "Flow `{flow}` holds a checkpoint of extraction source `{source}` taken with "
+        "{stored}, but the source now declares {declared}, under which that checkpoint means "
+        "something else. Restore the declaration, or start the flow over: "
+        "`autocdc run --full-refresh {dataset}` reads the table anew."
+    )

@@ -29,9 +29,21 @@ CHANGES_SCHEMA = (
 ChangeRow = tuple[str | None, str | None, str | None, str | None, str, int | None, str | None]
 
 _NUMBERS = {20, 21, 23, 26, 700, 701, 1700}  # int8, int2, int4, oid, float4, float8, numeric
-_BOOL, _JSON, _JSONB = 16, 114, 3802
+_BOOL, _JSON, _JSONB, _NUMERIC = 16, 114, 3802, 1700
 _FLOAT_WORDS = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
 _DATETIMES = {1082: "DATE", 1114: "TIMESTAMP", 1184: "TIMESTAMP"}  # date, timestamp(tz)
+_SPARK_TYPES = {
+    _BOOL: "BOOLEAN",
+    20: "BIGINT",
+    21: "SMALLINT",
+    23: "INT",
+    26: "BIGINT",
+    700: "FLOAT",
+    701: "DOUBLE",
+    1082: "DATE",
+    1114: "TIMESTAMP_NTZ",
+    1184: "TIMESTAMP",
+}
 
 
 def json_value(text: str | None, type_oid: int) -> str:
@@ -50,7 +62,7 @@ def json_value(text: str | None, type_oid: int) -> str:
     if type_oid == _BOOL:  # "t" from the log, "true" from a snapshot's ::text
         return "true" if text in ("t", "true") else "false"
     if type_oid in _NUMBERS:
-        return _FLOAT_WORDS.get(text, text) if type_oid != 1700 else _numeric(text)
+        return _FLOAT_WORDS.get(text, text) if type_oid != _NUMERIC else _numeric(text)
     if type_oid in (_JSON, _JSONB):
         return text
     return json.dumps(text)
@@ -80,15 +92,39 @@ class Unreadable(Exception):
     reason: str
 
 
+def row_payload(
+    names: Sequence[str], values: Sequence[str | None], oids: Sequence[int]
+) -> tuple[str | None, str | None]:
+    """A row read as text: its JSON object, or None and the corrupt record (the row's text
+    and why it cannot be read), which the flows reading it quarantine."""
+    try:
+        return json_object(names, values, oids), None
+    except Unreadable as bad:
+        row = dict(zip(names, values, strict=True))
+        return None, json.dumps({"reason": bad.reason, "row": row})
+
+
 def snapshot_row(
     table: str, sequence: str, lsn: str, names: Sequence[str], values, oids
 ) -> ChangeRow:
-    try:
-        payload = json_object(names, values, oids)
-    except Unreadable as bad:  # quarantined by the table's flows, with the row's text
-        raw = json.dumps({"reason": bad.reason, "row": dict(zip(names, values, strict=True))})
+    payload, raw = row_payload(names, values, oids)
+    if payload is None:
         return (table, None, None, None, lsn, None, raw)
     return (table, UPSERT, sequence, payload, lsn, None, None)
+
+
+def spark_type(type_oid: int, typmod: int) -> str:
+    """The Spark type (DDL) that :func:`json_value`'s token of a column is typed back as:
+    the type the column implies. ``timestamp`` is a TIMESTAMP_NTZ (no zone), an
+    unconstrained ``numeric`` a DECIMAL(38,18); a value that does not fit is a corrupt
+    record, never NULL. Types with no closer Spark type (text, uuid, json, interval,
+    arrays, enums, ...) read as their text."""
+    if type_oid == _NUMERIC:
+        if typmod < 0:
+            return "DECIMAL(38,18)"
+        precision, scale = (typmod - 4) >> 16, (typmod - 4) & 0xFFFF
+        return f"DECIMAL({precision},{scale})" if scale <= precision <= 38 else "STRING"
+    return _SPARK_TYPES.get(type_oid, "STRING")
 
 
 def key_of(row: ChangeRow, keys: Sequence[str]) -> tuple | None:

@@ -69,7 +69,9 @@ TEXT_SETTINGS = {
 _OPTIONS = " ".join(f"-c {k}={v}" for k, v in TEXT_SETTINGS.items())  # libpq `options`
 
 
-def _connect(dsn: str, **kwargs):
+def connect(dsn: str, **kwargs):
+    """A connection with :data:`TEXT_SETTINGS` over the server's, the database's and the
+    role's defaults (and over any the DSN's ``options`` give)."""
     import psycopg  # imported where used: executors need it, the driver's planner does not
     from psycopg.conninfo import conninfo_to_dict
 
@@ -78,14 +80,26 @@ def _connect(dsn: str, **kwargs):
     return psycopg.connect(dsn, options=options, **kwargs)
 
 
-def _qualified(name: str) -> str:
+def qualified(name: str) -> str:
     name = name.strip()
     return name if "." in name else f"public.{name}"
 
 
-def _quoted(table: str) -> str:
+def quoted(table: str) -> str:
     schema, name = table.split(".", 1)
     return f'"{schema}"."{name}"'
+
+
+def table_columns(conn, table: str) -> list[tuple[str, int, int]]:
+    """A ``schema.table``'s columns in order: name, type oid and type modifier; empty when
+    there is no such table."""
+    return conn.execute(
+        "SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a "
+        "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        table.split(".", 1),
+    ).fetchall()
 
 
 @dataclass(frozen=True)
@@ -110,7 +124,7 @@ class Config:
                 fix="Give a libpq connection string, e.g. 'host=db port=5432 dbname=shop "
                 "user=cdc'.",
             )
-        tables = tuple(_qualified(t) for t in options.get("tables", "").split(",") if t.strip())
+        tables = tuple(qualified(t) for t in options.get("tables", "").split(",") if t.strip())
         if not tables:
             raise SourceOptionError(
                 option="tables",
@@ -120,7 +134,7 @@ class Config:
             )
         slot = options.get("slot", "autocdc")
         given = {
-            _qualified(k.split(".", 1)[1]): tuple(c.strip() for c in v.split(","))
+            qualified(k.split(".", 1)[1]): tuple(c.strip() for c in v.split(","))
             for k, v in options.items()
             if k.lower().startswith("keys.")
         }
@@ -139,7 +153,7 @@ class Config:
     def with_keys(self, given: dict[str, tuple[str, ...]]) -> Config:
         """Each table's key: the option's, else its primary key; refuse what cannot work."""
         keys = []
-        with _connect(self.dsn, autocommit=True) as conn:
+        with connect(self.dsn, autocommit=True) as conn:
             level = conn.execute("SHOW wal_level").fetchone()[0]
             if level != "logical":
                 raise WalLevelError(level=level)
@@ -221,11 +235,11 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return dict(START)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with _connect(self.config.dsn, autocommit=True) as conn:
+        with connect(self.config.dsn, autocommit=True) as conn:
             self._target = pg.parse_lsn(_flush_lsn(conn))
 
     def latestOffset(self, start: dict, limit: object = None) -> dict:
-        with _connect(self.config.dsn, autocommit=True) as conn:
+        with connect(self.config.dsn, autocommit=True) as conn:
             if not self._opened:
                 self._open_slot(conn, create=start == START)
                 self._opened = True
@@ -269,7 +283,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (cfg.publication,)
         ).fetchone()
-        missing = ", ".join(_quoted(t) for t in cfg.tables if t not in published)
+        missing = ", ".join(quoted(t) for t in cfg.tables if t not in published)
         if not exists:
             conn.execute(f'CREATE PUBLICATION "{cfg.publication}" FOR TABLE {missing}')
         elif missing:
@@ -307,7 +321,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         of an earlier attempt still holds the slot."""
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
-                with _connect(self.config.dsn, autocommit=True) as conn:
+                with connect(self.config.dsn, autocommit=True) as conn:
                     conn.execute(
                         "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn) "
                         "FROM pg_replication_slots WHERE slot_name = %s "
@@ -360,7 +374,7 @@ def _key_columns(conn, config: Config, table: str) -> list[tuple[str, str]]:
         conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-            (_quoted(table),),
+            (quoted(table),),
         ).fetchall()
     )
     return [(k, types[k]) for k in keys]
@@ -384,7 +398,7 @@ def _nth_key(
     order = ", ".join(f'"{k}"' for k, _ in columns)
     # Aliased: ORDER BY "id" would sort by the output column, the text.
     texts = ", ".join(f'"{k}"::text AS _key{i}' for i, (k, _) in enumerate(columns))
-    rest = f"SELECT {texts} FROM {_quoted(table)} WHERE {where} ORDER BY {order}"
+    rest = f"SELECT {texts} FROM {quoted(table)} WHERE {where} ORDER BY {order}"
     found = conn.execute(f"{rest} OFFSET {n - 1} LIMIT 1", params).fetchone()
     if found is not None:
         return tuple(found), n
@@ -397,7 +411,7 @@ def _read(part: StreamPartition) -> Iterator[tuple]:
     log did not touch up to the watermark written after reading them."""
     cfg = part.config
     loaded = [_read_range(cfg, *r) for r in part.load]
-    with _connect(cfg.dsn) as conn:
+    with connect(cfg.dsn) as conn:
         upto = part.end
         if part.load:
             with conn.transaction():  # flushed at commit, with every change before it
@@ -449,13 +463,9 @@ def _peek(conn, cfg: Config, upto: str) -> Iterator[tuple[str, bytes]]:
 def _read_range(config: Config, table: str, after, upto) -> tuple[list, list, list]:
     """One key range of a table, as text (``TEXT_SETTINGS``), in one statement's snapshot.
     The range that ends a table also takes rows with a NULL key (quarantined by the flow)."""
-    with _connect(config.dsn) as conn:
+    with connect(config.dsn) as conn:
         conn.read_only = True
-        columns = conn.execute(
-            "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass "
-            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (_quoted(table),),
-        ).fetchall()
+        columns = table_columns(conn, table)
         key = _key_columns(conn, config, table)
         where, params = ["true"], []
         if after is not None:
@@ -470,9 +480,9 @@ def _read_range(config: Config, table: str, after, upto) -> tuple[list, list, li
         if upto is None:
             nulls = " OR ".join(f'"{k}" IS NULL' for k, _ in key)
             predicate = f"({predicate}) OR {nulls}"
-        texts = ", ".join(f'"{name}"::text' for name, _ in columns)
+        texts = ", ".join(f'"{name}"::text' for name, _, _ in columns)
         with conn.cursor(name="autocdc_load") as cursor:
-            cursor.execute(f"SELECT {texts} FROM {_quoted(table)} WHERE {predicate}", params)
+            cursor.execute(f"SELECT {texts} FROM {quoted(table)} WHERE {predicate}", params)
             rows = cursor.fetchall()
     return [c[0] for c in columns], [c[1] for c in columns], rows
 
@@ -484,18 +494,21 @@ def postgres_table(changes: DataFrame, table: str, schema: str | StructType) -> 
     ``_corrupt_record``: a value that does not fit its declared type, or a change that
     could not be read, sets it, and the flow quarantines the row with its raw text.
     """
+    mine = changes.where((F.col("table") == qualified(table)) | F.col("table").isNull())
+    values, corrupt = typed_columns(mine, schema)
+    return mine.select(*values, "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER", corrupt)
+
+
+def typed_columns(rows: DataFrame, schema: str | StructType) -> tuple[list[Column], Column]:
+    """The columns of ``schema`` parsed from ``rows``' ``data`` (a JSON object per row, of
+    :func:`pgchanges.json_value` tokens), and the corrupt-record column: ``rows``' own
+    ``_corrupt_record`` (a row that could not be read), else the text of a row with a value
+    that does not fit its declared type."""
     parsed_schema = _parse_datatype_string(schema) if isinstance(schema, str) else schema
-    corrupt = changes.sparkSession.conf.get(
-        "spark.sql.columnNameOfCorruptRecord", "_corrupt_record"
-    )
+    corrupt = rows.sparkSession.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record")
     with_corrupt = StructType([*parsed_schema.fields]).add(corrupt, "string")
     parsed: Column = F.from_json(
         "data", with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
     )
-    mine = changes.where((F.col("table") == _qualified(table)) | F.col("table").isNull())
-    return mine.select(
-        *[parsed[f.name].alias(f.name) for f in parsed_schema.fields],
-        "_CHANGE_TYPE",
-        "_CHANGE_SEQUENCE_NUMBER",
-        F.coalesce(F.col("_corrupt_record"), parsed[corrupt]).alias(corrupt),
-    )
+    values = [parsed[f.name].alias(f.name) for f in parsed_schema.fields]
+    return values, F.coalesce(F.col("_corrupt_record"), parsed[corrupt]).alias(corrupt)

@@ -1,0 +1,327 @@
+"""``AutoCdcSnapshotFlow``: AUTO CDC FROM SNAPSHOT, each full snapshot turned into changes.
+
+A snapshot is compared with the target's live rows (SCD type 1: the target; type 2: its
+open versions, ``__END_AT`` NULL): a key it adds, or whose values it changes (compared
+NULL-safely, maps as JSON), is an upsert, a key it lacks is a delete, both at the
+snapshot's version; unchanged rows are left out. Those changes are one batch of an inner
+:class:`~autocdc.engine.flow.AutoCdcFlow` (``sequence_by`` the version, ``apply_as_deletes``
+a flag, both columns kept out of the target), so order independence, SCD type 2 history,
+tracked columns and the crash-safe commit are the engine's own. The diff reads the
+snapshot and the target once; the writes touch only the changed keys.
+
+**The last version processed** is a property of the target (``autocdc.snapshotVersion``,
+beside ``autocdc.snapshotBatch``: the inner flow's committed batch id at that point),
+written by a commit of its own once the snapshot's changes committed. A snapshot that
+changes nothing is recorded too, so a ``next_snapshot`` function moves on. A crash
+between the two commits is harmless:
+
+* before the changes committed, nothing happened: the snapshot is processed again;
+* after, the record is one snapshot behind. A Delta source at that version, or a
+  ``next_snapshot`` function asked again, gives the same rows; their diff against the
+  target, which holds them, is empty, and the version is recorded (the engine completes
+  its own state first, as after any crash). A source numbered by run (a view, a table
+  that is not Delta) may hold other rows by then, and those must not get the same number:
+  changes of two contents at one sequence would tie, and a delete would win. Every
+  committed apply takes one batch id, so a numbered snapshot gets the recorded version +
+  1 + the batches committed since the record: an attempt whose record was lost has used
+  up its number. Numbers only need to ascend; a gap is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import reduce
+from typing import Any, Literal
+
+from delta.tables import DeltaTable
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from autocdc.engine import tables
+from autocdc.engine.errors import (
+    ReservedColumnError,
+    SnapshotDuplicateKeyError,
+    SnapshotInvalidVersionError,
+    SnapshotNullKeyError,
+    SnapshotVersionNotNewerError,
+)
+from autocdc.engine.flow import AutoCdcFlow
+from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.spec import scd_type_from_str
+from autocdc.engine.stage import col
+from autocdc.engine.state import comparable
+
+# The changes' own columns, which the inner flow keeps out of the target.
+VERSION = "__snapshot_version"
+DELETED = "__snapshot_deleted"
+PROP_VERSION = "autocdc.snapshotVersion"
+PROP_BATCH = "autocdc.snapshotBatch"
+# Working columns of the diff, dropped before the inner flow sees it: `__autocdc` names,
+# which a snapshot cannot carry (the inner flow's check refuses them first).
+_ROWS = "__autocdc_snapshot_rows"  # the snapshot's rows with this row's key
+_LIVE = "__autocdc_snapshot_live"
+_PROBLEM = "__autocdc_snapshot_problem"
+_DUPLICATE_KEY, _NULL_KEY = "duplicate key", "null key"
+_LONG = range(-(2**63), 2**63)
+
+NextSnapshot = Callable[[int | None], tuple[DataFrame, int] | None]
+
+
+def diff(snapshot: DataFrame, live: DataFrame, keys: list[str]) -> DataFrame:
+    """Every key whose row differs between ``live`` and ``snapshot``, as the snapshot's
+    columns (a key the snapshot lacks: its key, NULL values) plus ``DELETED``; a row no
+    snapshot may hold (a NULL or duplicate key) comes with ``_PROBLEM`` and ``_ROWS``.
+
+    Columns only one side has compare with NULL on the other, as the inner flow applies
+    them (a column a batch leaves out reads NULL)."""
+    types = {f.name: f.dataType for f in live.schema.fields}
+    types |= {f.name: f.dataType for f in snapshot.schema.fields}
+    per_key = Window.partitionBy(*[col(k) for k in keys])
+    s = snapshot.withColumn(_ROWS, F.count(F.lit(1)).over(per_key)).alias("s")
+    t = live.withColumn(_LIVE, F.lit(True)).alias("t")
+    joined = s.join(t, [col(k, "s") == col(k, "t") for k in keys], "full_outer")
+    in_snapshot, in_target = col(_ROWS, "s").isNotNull(), col(_LIVE, "t").isNotNull()
+
+    def value(name: str, alias: str, frame: DataFrame) -> Column:
+        found = col(name, alias) if name in frame.columns else F.lit(None).cast(types[name])
+        return comparable(name, types[name], found)
+
+    same = [value(c, "s", snapshot).eqNullSafe(value(c, "t", live)) for c in types if c not in keys]
+    changed = ~reduce(lambda a, b: a & b, same, F.lit(True))
+    null_key = reduce(lambda a, b: a | b, [col(k, "s").isNull() for k in keys])
+    problem = F.when(in_snapshot & null_key, _NULL_KEY).when(col(_ROWS, "s") > 1, _DUPLICATE_KEY)
+    return joined.where(problem.isNotNull() | ~in_snapshot | ~in_target | changed).select(
+        *[
+            (
+                F.when(in_snapshot, col(c, "s")).otherwise(col(c, "t"))
+                if c in keys
+                else col(c, "s")
+            ).alias(c)
+            for c in snapshot.columns
+        ],
+        (~in_snapshot).alias(DELETED),
+        problem.alias(_PROBLEM),
+        col(_ROWS, "s").alias(_ROWS),
+    )
+
+
+def _version(target: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _LONG:
+        raise SnapshotInvalidVersionError(target=target, got=repr(value)[:200])
+    return value
+
+
+def _delta_version(spark: SparkSession, name: str) -> int | None:
+    """The current version of Delta table ``name``; None for a view or another format."""
+    try:
+        table = DeltaTable.forName(spark, name)
+    except AnalysisException as error:
+        if error.getCondition() == "DELTA_MISSING_DELTA_TABLE":
+            return None
+        raise
+    return int(table.history(1).first()["version"])
+
+
+class AutoCdcSnapshotFlow(BaseModel):
+    """A declared snapshot flow: ``apply`` one snapshot at its version, or ``run`` a
+    source (a table or view, or a ``next_snapshot(latest_version)`` function).
+
+    Parameter names follow Databricks' ``create_auto_cdc_from_snapshot_flow``.
+
+    >>> flow = AutoCdcSnapshotFlow(target="customers", keys=["id"], stored_as_scd_type=2)
+    >>> flow.flow_name
+    'customers'
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str = Field(min_length=1, description="Target table, `table` or `db.table`.")
+    keys: list[str] = Field(description="Columns that identify a row of a snapshot.")
+    stored_as_scd_type: Literal[1, 2] = 1
+    track_history_column_list: list[str] | None = None
+    track_history_except_column_list: list[str] | None = None
+    name: str | None = Field(default=None, description="Flow name; defaults to the target.")
+
+    # The flow that applies each snapshot's changes (built from the fields above, which it
+    # checks: keys, track-history lists).
+    _changes: AutoCdcFlow = PrivateAttr()
+
+    @field_validator("stored_as_scd_type", mode="before")
+    @classmethod
+    def _scd_type_from_str(cls, value: object) -> object:
+        return scd_type_from_str(value)
+
+    def model_post_init(self, context: Any) -> None:
+        self._changes = AutoCdcFlow(
+            target=self.target,
+            keys=self.keys,
+            sequence_by=VERSION,
+            apply_as_deletes=tables.ident(DELETED),
+            except_column_list=[VERSION, DELETED],
+            stored_as_scd_type=self.stored_as_scd_type,
+            track_history_column_list=self.track_history_column_list,
+            track_history_except_column_list=self.track_history_except_column_list,
+            name=self.name,
+        )
+
+    @property
+    def flow_name(self) -> str:
+        return self.name or self.target
+
+    def last_version(self, spark: SparkSession) -> int | None:
+        """The last snapshot version processed (None: none yet, or since a full refresh)."""
+        recorded = self._recorded(spark)
+        return None if recorded is None else recorded[0]
+
+    def _recorded(self, spark: SparkSession) -> tuple[int, int] | None:
+        """(version, inner batch id) of the last record."""
+        if not tables.exists(spark, self.target):
+            return None
+        rows = spark.sql(f"SHOW TBLPROPERTIES {tables.quote(self.target)}").collect()
+        props = {r["key"]: r["value"] for r in rows}
+        if PROP_VERSION not in props:
+            return None
+        return int(props[PROP_VERSION]), int(props[PROP_BATCH])
+
+    def check(self, snapshot: DataFrame, fresh: bool = False) -> None:
+        """Raise what applying a snapshot of ``snapshot``'s schema would raise before
+        reading it, writing nothing (``fresh``: as for a new target)."""
+        taken = [c for c in snapshot.columns if c.lower() in (VERSION, DELETED)]
+        if taken:
+            raise ReservedColumnError(columns=taken)
+        changes = snapshot.select(
+            "*", F.lit(False).alias(DELETED), F.lit(0).cast("long").alias(VERSION)
+        )
+        self._changes.check(changes, fresh)
+
+    def apply(self, snapshot: DataFrame, version: int) -> BatchMetrics:
+        """Apply ``snapshot`` as version ``version``, above the last one processed; the
+        metrics are those of its changes (``rows_in``: keys added, changed or deleted)."""
+        self._newer(_version(self.target, version), self.last_version(snapshot.sparkSession))
+        return self._apply(snapshot, version)
+
+    def run(
+        self,
+        spark: SparkSession,
+        source: str | NextSnapshot,
+        on_applied: Callable[[int, BatchMetrics], None] | None = None,
+    ) -> dict[int, BatchMetrics]:
+        """Apply what ``source`` holds beyond the last version processed; returns each
+        applied version's metrics, in version order (``on_applied`` is told as each ends).
+
+        ``source`` is a table or view name, read whole as one snapshot: its version is the
+        Delta table's (an unchanged table is not processed again), else one more than the
+        last (see the module docstring); or a function ``next_snapshot(latest_version)``
+        returning ``(DataFrame, version)``, or None when there is nothing newer, called
+        until it returns None, with the last version processed (None before the first).
+        """
+        found = (
+            self._from_function(spark, source)
+            if callable(source)
+            else self._from_table(spark, source)
+        )
+        applied: dict[int, BatchMetrics] = {}
+        for snapshot, version in found:
+            applied[version] = metrics = self._apply(snapshot, version)
+            if on_applied is not None:
+                on_applied(version, metrics)
+        return applied
+
+    def _from_function(
+        self, spark: SparkSession, next_snapshot: NextSnapshot
+    ) -> Iterator[tuple[DataFrame, int]]:
+        last = self.last_version(spark)
+        while (given := next_snapshot(last)) is not None:
+            snapshot, version = self._pair(given)
+            self._newer(version, last)
+            yield snapshot, version
+            last = version
+
+    def _from_table(self, spark: SparkSession, name: str) -> Iterator[tuple[DataFrame, int]]:
+        recorded = self._recorded(spark)
+        version = _delta_version(spark, name)
+        if version is None:  # numbered by run: see the module docstring
+            last, batch = recorded or (0, 0)
+            yield spark.read.table(name), last + 1 + self._changes.committed_batch(spark) - batch
+            return
+        last = None if recorded is None else recorded[0]
+        if version != last:
+            self._newer(version, last)
+            yield spark.read.option("versionAsOf", version).table(name), version
+
+    def peek(
+        self, spark: SparkSession, source: str | NextSnapshot, fresh: bool = False
+    ) -> DataFrame | None:
+        """The snapshot ``run`` would start from, checked as by ``check`` and not read: what
+        a pipeline checks before anything runs (a table's whatever its version; None: the
+        function has nothing newer). A ``next_snapshot`` function is called once."""
+        if callable(source):
+            given = source(None if fresh else self.last_version(spark))
+            if given is None:
+                return None
+            snapshot, _ = self._pair(given)
+        else:
+            snapshot = spark.read.table(source)
+        self.check(snapshot, fresh)
+        return snapshot
+
+    def _pair(self, given: object) -> tuple[DataFrame, int]:
+        """A ``next_snapshot`` result as (snapshot, version), or refused."""
+        if isinstance(given, tuple) and len(given) == 2 and isinstance(given[0], DataFrame):
+            return given[0], _version(self.target, given[1])
+        raise SnapshotInvalidVersionError(target=self.target, got=repr(given)[:200])
+
+    def _newer(self, version: int, last: int | None) -> None:
+        if last is not None and version <= last:
+            raise SnapshotVersionNotNewerError(target=self.target, version=version, last=last)
+
+    def _apply(self, snapshot: DataFrame, version: int) -> BatchMetrics:
+        spark = snapshot.sparkSession
+        self.check(snapshot)
+        metrics = self._changes.apply(self._diff(snapshot, version))
+        props = f"'{PROP_VERSION}' = '{version}', '{PROP_BATCH}' = '{metrics.batch_id}'"
+        spark.sql(f"ALTER TABLE {tables.quote(self.target)} SET TBLPROPERTIES ({props})")
+        return metrics
+
+    def _diff(self, snapshot: DataFrame, version: int) -> DataFrame:
+        """The changes that take the target to ``snapshot``, materialized (one pass over
+        both); a NULL or duplicate key is refused here, before anything is written."""
+        spark = snapshot.sparkSession
+        if tables.exists(spark, self.target):
+            live = self.current(spark)
+        else:
+            live = spark.createDataFrame([], snapshot.schema)
+        checked = diff(snapshot, live, self.keys).localCheckpoint()
+        keys = [col(k) for k in self.keys]
+        bad = checked.where(col(_PROBLEM).isNotNull()).orderBy(col(_PROBLEM), *keys).first()
+        if bad is not None:
+            key = {k: bad[k] for k in self.keys}
+            if bad[_PROBLEM] == _NULL_KEY:
+                nulls = [k for k, v in key.items() if v is None]
+                raise SnapshotNullKeyError(
+                    target=self.target, version=version, key=key, columns=nulls
+                )
+            raise SnapshotDuplicateKeyError(
+                target=self.target, version=version, key=key, rows=bad[_ROWS]
+            )
+        return checked.select(
+            *[col(c) for c in snapshot.columns],
+            col(DELETED),
+            F.lit(version).cast("long").alias(VERSION),
+        )
+
+    def current(self, spark: SparkSession) -> DataFrame:
+        """The live rows: for type 2, each key's open version (``__END_AT`` NULL)."""
+        return self._changes.current(spark)
+
+    def as_of(self, spark: SparkSession, version: int) -> DataFrame:
+        """Type 2: the rows as they were in snapshot ``version`` (or between it and the
+        next one)."""
+        return self._changes.as_of(spark, version)
+
+    def full_refresh(self, spark: SparkSession) -> None:
+        """Drop the target (its recorded version with it), state and quarantine: the next
+        run starts from the source's current snapshot."""
+        self._changes.full_refresh(spark)

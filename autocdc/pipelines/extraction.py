@@ -1,0 +1,228 @@
+"""The run of a flow whose source is an extraction: lease, read, apply, then checkpoint.
+
+Not a Spark streaming source: a CUSTOM cursor's checkpoint is known only once its rows
+are read, which Spark's offsets (planned before the read) cannot express. The runner
+calls :meth:`Step.run` instead, with the flow's ``apply`` (``AutoCdcFlow.apply``, or any
+flow that takes a batch DataFrame):
+
+1. take the source's lease (``<storage>/extractions/<source>.lock``, a
+   :mod:`autocdc.pipelines.lock` lease): one run per source at a time, a second one is
+   refused, and the lease of a run that died is taken over by the next;
+2. read the flow's checkpoint (:mod:`autocdc.pipelines.checkpoint`) and plan the run's
+   batches from it (:func:`extract.plan`);
+3. read the batches, up to ``max_concurrency`` at once, each attempt into a fresh sink
+   (memory, or staged files); a failed batch is read again up to ``retries`` times, after
+   which the run fails;
+4. merge the batches' accumulators into the next checkpoint, in plan order, and check
+   that it can be stored, before anything is written;
+5. apply every row read, as one batch;
+6. only then replace the checkpoint (unless the run read no row: it is kept);
+7. sweep the staged files and release the lease, also when the run failed.
+
+Why a kill or a failure anywhere is harmless: the checkpoint moves only after the target
+committed the rows read past it. Until then the previous checkpoint stands, and the next
+run reads from it again: every row the interrupted run read is read again (or its newer
+state is), and the changes the engine already applied are no-ops, since a target depends
+only on the set of changes (docs/semantics.md). Delivery is at least once, exactly as the
+engine absorbs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pyspark.sql import DataFrame, SparkSession
+
+from autocdc import AutoCdcError
+from autocdc.pipelines import lock
+from autocdc.pipelines.checkpoint import CheckpointFile
+from autocdc.sources import extract, pgextract, staging
+from autocdc.sources.errors import BatchFailedError, SourceLockedError
+
+T = TypeVar("T")
+STAGING = "extraction-staging"  # in the flow's checkpoint folder
+LEASES = "extractions"  # in the pipeline's storage folder
+MAX_BACKOFF_SECONDS = 5.0
+SAID = 200  # characters of a checkpoint in the run's output
+
+
+def frame(spark: SparkSession, source: extract.Extraction) -> DataFrame:
+    """The source's typed columns and no rows: what a flow's definition is checked with."""
+    return staging.frame(spark, [], pgextract.describe(source).schema(source.columns))
+
+
+def _quiet(message: str) -> None:
+    """Where a step's lines go by default: nowhere (the runner prints them)."""
+
+
+@dataclass(frozen=True)
+class Read:
+    """What one batch left: its accumulator, its rows for the load, and their count."""
+
+    acc: Any
+    part: staging.Part
+    rows: int
+
+
+@dataclass(frozen=True)
+class Extracted(Generic[T]):
+    """A run's outcome: what ``apply`` returned, and what was read."""
+
+    result: T
+    rows: int
+    batches: int
+    checkpoint: Any  # the flow's checkpoint after the run (None: STATELESS, or none yet)
+    advanced: bool
+
+    def position(self, source: str) -> dict[str, Any]:
+        """The run's entry of the event log's ``source_position``."""
+        offset = json.loads(extract.dumps(self.checkpoint))  # a Decimal as extract keeps it
+        return {"kind": "extraction", "path": None, "source": source, "offset": offset}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One flow reading one extraction source."""
+
+    source: extract.Extraction
+    flow: str
+    dataset: str  # what `--full-refresh` names to start the flow over
+    checkpoints: Path  # the flow's checkpoint folder
+    storage: Path  # the pipeline's storage folder (the source's lease lives there)
+    pipeline: str
+    expiry: float = lock.DEFAULT_EXPIRY_SECONDS
+    say: Callable[[str], None] = _quiet
+
+    def run(
+        self,
+        spark: SparkSession,
+        options: extract.ExtractionOptions,
+        apply: Callable[[DataFrame], T],
+    ) -> Extracted[T]:
+        refused = functools.partial(SourceLockedError, source=self.source.name)
+        leases = self.storage / LEASES
+        name = f"{self.source.name}.lock"
+        with lock.hold(leases, self.pipeline, self.expiry, name=name, refused=refused):
+            staged = self.checkpoints / STAGING
+            shutil.rmtree(staged, ignore_errors=True)  # what a killed run left
+            try:
+                return self._run(spark, options, apply, staged)
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
+
+    def _run(
+        self,
+        spark: SparkSession,
+        options: extract.ExtractionOptions,
+        apply: Callable[[DataFrame], T],
+        staged: Path,
+    ) -> Extracted[T]:
+        source = self.source
+        table = pgextract.describe(source)
+        store = CheckpointFile(self.checkpoints)
+        stored = store.read(source, self.flow, self.dataset)
+        cursor = source.run_cursor()
+        batches = extract.plan(source, cursor, stored)
+        reader = Reader(source, table, cursor, stored, options, staged, self.say)
+        reads = reader.read_all(batches)
+        rows = sum(r.rows for r in reads)
+        checkpoint = None
+        if source.keeps_checkpoint:
+            checkpoint = extract.advance(cursor, [r.acc for r in reads]) if rows else stored
+            extract.dumps(checkpoint, source.name)  # refused now, before anything is written
+        result = apply(staging.frame(spark, [r.part for r in reads], table.schema(source.columns)))
+        advanced = source.keeps_checkpoint and rows > 0 and checkpoint != stored
+        if advanced:
+            store.write(source, checkpoint, rows, len(batches))
+        said = f"flow {self.flow}: extraction {source.name} read {rows} rows"
+        said += f" in {len(batches)} batches"
+        if source.keeps_checkpoint:
+            text = extract.dumps(checkpoint)
+            said += f"; checkpoint {text if len(text) <= SAID else text[:SAID] + '...'}"
+        self.say(said)
+        return Extracted(result, rows, len(batches), checkpoint, advanced)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One run's reads of its batches, from one checkpoint."""
+
+    source: extract.Extraction
+    table: pgextract.Table
+    cursor: extract.Cursor
+    checkpoint: Any
+    options: extract.ExtractionOptions
+    staged: Path  # the staged files' folder
+    say: Callable[[str], None] = _quiet
+
+    def read_all(self, batches: list[extract.Batch]) -> list[Read]:
+        """Every batch, up to ``max_concurrency`` at once; the reads in plan order, so the
+        checkpoint merged from them never depends on the order they completed in. The
+        first batch that fails for good fails the run: batches not started are cancelled,
+        the ones running end first."""
+        pool = ThreadPoolExecutor(
+            self.options.max_concurrency, thread_name_prefix="autocdc-extract"
+        )
+        try:
+            futures: list[Future[Read]] = [
+                pool.submit(self._read, i, batches) for i in range(len(batches))
+            ]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future.done() and future.exception() is not None:
+                    raise future.exception()  # type: ignore[misc]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _read(self, index: int, batches: list[extract.Batch]) -> Read:
+        """One batch, each attempt into a fresh sink; read again after a failure up to
+        ``retries`` times (with a growing pause), then :class:`BatchFailedError`."""
+        batch, attempts = batches[index], 1 + self.options.retries
+        attempt = 1
+        while True:
+            if self.options.staging:
+                path = self.staged / f"batch-{index}-attempt-{attempt}.parquet"
+                sink: staging.MemorySink | staging.StagedSink = staging.StagedSink(path)
+            else:
+                sink = staging.MemorySink()
+            try:
+                acc, rows = pgextract.read_batch(
+                    self.source,
+                    self.table,
+                    batch,
+                    self.cursor,
+                    self.checkpoint,
+                    sink,
+                    self.options.page_rows,
+                )
+                return Read(acc, sink.close(), rows)
+            except AutoCdcError:
+                sink.discard()
+                raise
+            except Exception as error:
+                sink.discard()
+                gist = f"{type(error).__name__}: {str(error).strip()}"
+                if attempt == attempts:
+                    raise BatchFailedError(
+                        source=self.source.name,
+                        batch=index + 1,
+                        batches=len(batches),
+                        where=batch.where,
+                        attempts=attempts,
+                        error=gist,
+                    ) from error
+                self.say(
+                    f"extraction {self.source.name}: batch {index + 1} of {len(batches)} "
+                    f"failed ({gist}); reading it again ({attempt + 1} of {attempts})"
+                )
+                time.sleep(min(0.25 * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS))
+            attempt += 1

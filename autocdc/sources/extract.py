@@ -1,0 +1,403 @@
+"""Incremental extraction from a database table, without a change log: what a run reads.
+
+An extraction source queries one table (PostgreSQL) with one of three strategies:
+
+- ``WATERMARK``: autocdc keeps the checkpoint. ``cdc_order`` names columns, each ascending
+  (the default) or descending; a row counts as changed when it has advanced past the
+  checkpoint in any of them, a predicate pushed into the query. The first run reads
+  everything in scope.
+- ``CUSTOM``: the user's cursor, an object with four hooks (:class:`Cursor`), builds the
+  batches from the checkpoint and folds what they read into the next one.
+- ``STATELESS``: no checkpoint; every run reads everything in scope (with a snapshot
+  flow, rows gone from the table become deletes).
+
+Every strategy is a cursor: WATERMARK's is :class:`Watermark`, STATELESS's
+:class:`Stateless`. This module is pure (no Spark, no database): the declaration, the
+run's batches planned from the stored checkpoint (:func:`plan`), the next checkpoint
+folded from what they read (:func:`advance`), and the options (:func:`resolve_options`).
+Reading is :mod:`autocdc.sources.pgextract`; the run around it (lease, retries, staging,
+apply, then the checkpoint) is :mod:`autocdc.pipelines.extraction`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autocdc.sources.errors import (
+    BadBatchError,
+    CheckpointNotJsonError,
+    CursorHookMissingError,
+    NoCdcOrderError,
+    SourceOptionError,
+)
+from autocdc.sources.postgres import qualified
+
+HOOKS = ("batches", "seed", "fold", "merge")
+MIN_RETRIES, MAX_RETRIES = 1, 5
+_ORDER = re.compile(r"^\s*(.+?)(?:\s+(asc|desc))?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+class Strategy(str, Enum):
+    WATERMARK = "WATERMARK"
+    CUSTOM = "CUSTOM"
+    STATELESS = "STATELESS"
+
+
+def ident(name: str) -> str:
+    """A column name quoted for PostgreSQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def option_error(source: str, option: str, problem: str, fix: str) -> SourceOptionError:
+    """The error for option ``option`` of extraction source ``source``."""
+    return SourceOptionError(
+        option=option, source=f"extraction `{source}`", problem=problem, fix=fix
+    )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One query of a run: the rows of the source's table that match ``where``, a SQL
+    predicate with ``%s`` placeholders for ``params`` (and ``%%`` for a literal ``%``),
+    as psycopg takes them. Its filter encodes the cursor, e.g.
+    ``Batch("region = %s AND updated_at >= %s", ("eu", "2024-05-01 10:00:00+00"))``."""
+
+    where: str = "TRUE"
+    params: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", tuple(self.params))
+
+    def serialized(self) -> str:
+        """What two batches must share to be one read (a parameter that is no JSON value,
+        a datetime say, by its repr)."""
+        return json.dumps([self.where, list(self.params)], default=repr)
+
+    def narrowed(self, predicate: str | None) -> Batch:
+        """This batch, also matching ``predicate`` (plain SQL, no placeholders)."""
+        if predicate is None:
+            return self
+        predicate = predicate.replace("%", "%%")
+        if self.where == "TRUE":
+            return Batch(predicate, self.params)
+        return Batch(f"({self.where}) AND ({predicate})", self.params)
+
+
+class Cursor(Protocol):
+    """A CUSTOM source's four hooks. ``checkpoint`` is None on the first run, else what the
+    last successful run stored. Every batch of a run folds its rows into its own
+    ``seed(checkpoint)``; the batches' accumulators are then merged into the next
+    checkpoint, so ``merge`` must be associative and commutative (and merging an
+    accumulator with one that saw fewer rows must keep what it saw, as a maximum does).
+    Accumulators are JSON values (and Decimal); ``fold`` may change ``acc`` in place.
+    Batches are read in threads: the hooks of one cursor run at once, so what a batch
+    learns belongs in its accumulator, never on the cursor."""
+
+    def batches(self, checkpoint: Any) -> Iterable[Batch | str]: ...
+
+    def seed(self, checkpoint: Any) -> Any: ...
+
+    def fold(self, acc: Any, row: Mapping[str, Any]) -> Any: ...
+
+    def merge(self, a: Any, b: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Order:
+    """One ``cdc_order`` column and its direction."""
+
+    column: str
+    descending: bool = False
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> Order:
+        """``"updated_at"``, ``"updated_at ASC"``, ``"version DESC"``."""
+        match = _ORDER.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise option_error(
+                source=source,
+                option="cdc_order",
+                problem=f"has the entry {text!r}",
+                fix="Give column names, each optionally followed by ASC or DESC, e.g. "
+                "['updated_at', 'version DESC'].",
+            )
+        column = match[1].strip()
+        if len(column) > 1 and column[0] == column[-1] == '"':
+            column = column[1:-1].replace('""', '"')
+        return cls(column, (match[2] or "asc").lower() == "desc")
+
+    def __str__(self) -> str:
+        return f"{self.column} {'DESC' if self.descending else 'ASC'}"
+
+    def further(self, a: Any, b: Any) -> Any:
+        """The value further along this direction; a NULL is not along it at all."""
+        if a is None or b is None:
+            return b if a is None else a
+        return (min if self.descending else max)(a, b)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """WATERMARK as a cursor. The checkpoint maps each ``cdc_order`` column to the greatest
+    value read (ascending) or the least (descending), None while none was read.
+
+    The predicate is ``c >= checkpoint`` (``<=`` descending), not ``>``: a row written
+    after a run with the value the checkpoint holds (a coarse clock, two transactions in
+    one tick) is read by the next run instead of skipped; the rows read again are changes
+    the target already holds, which the engine absorbs (docs/semantics.md). Values compare
+    in Python as the rows give them (numbers as numbers, timestamps as their ISO text in
+    UTC, which sorts as time); where the database's order differs (a text column's
+    collation), the checkpoint is one of the values read, so it can only make a run read
+    more, never skip a row.
+    """
+
+    order: tuple[Order, ...]
+
+    def batches(self, checkpoint: Any) -> list[Batch]:
+        if checkpoint is None:
+            return [Batch()]
+        terms, params = [], []
+        for o in self.order:
+            value = checkpoint.get(o.column)
+            if value is None:
+                terms.append(f"{ident(o.column)} IS NOT NULL")
+            else:
+                terms.append(f"{ident(o.column)} {'<=' if o.descending else '>='} %s")
+                params.append(value)
+        return [Batch(" OR ".join(terms), tuple(params))]
+
+    def seed(self, checkpoint: Any) -> dict[str, Any]:
+        return {o.column: (checkpoint or {}).get(o.column) for o in self.order}
+
+    def fold(self, acc: dict[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+        for o in self.order:
+            acc[o.column] = o.further(acc[o.column], row.get(o.column))
+        return acc
+
+    def merge(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return {o.column: o.further(a[o.column], b[o.column]) for o in self.order}
+
+
+class Stateless:
+    """STATELESS as a cursor: one batch, the whole table in scope, no checkpoint."""
+
+    def batches(self, checkpoint: Any) -> list[Batch]:
+        return [Batch()]
+
+    def seed(self, checkpoint: Any) -> None:
+        return None
+
+    def fold(self, acc: Any, row: Mapping[str, Any]) -> None:
+        return None
+
+    def merge(self, a: Any, b: Any) -> None:
+        return None
+
+
+class ExtractionOptions(BaseModel):
+    """How a run reads a source. Given on the source (its defaults), the flow or the run;
+    see :func:`resolve_options`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrency: int = Field(default=1, description="Batches read at once (threads).")
+    retries: int = Field(
+        default=1,
+        description="Times a failed batch is read again, clamped to 1..5: a run always "
+        "retries once, and never hammers a failing database.",
+    )
+    staging: bool = Field(
+        default=False,
+        description="Each batch writes what it read to Parquet files under the flow's "
+        "checkpoint folder (not the driver's memory); the load reads them, and they are "
+        "swept when the run ends.",
+    )
+    page_rows: int = Field(
+        default=10_000, description="Rows fetched per round trip (and per staged row group)."
+    )
+
+    @field_validator("retries")
+    @classmethod
+    def _clamp(cls, value: int) -> int:
+        return min(max(value, MIN_RETRIES), MAX_RETRIES)
+
+    @model_validator(mode="after")
+    def _check(self) -> ExtractionOptions:
+        for option in ("max_concurrency", "page_rows"):
+            if getattr(self, option) < 1:
+                raise SourceOptionError(
+                    option=option,
+                    source="extraction",
+                    problem=f"is {getattr(self, option)}",
+                    fix="Give a number of at least 1.",
+                )
+        return self
+
+
+def resolve_options(*levels: ExtractionOptions | None) -> ExtractionOptions:
+    """The options of a run: the first set of ``levels`` (the run's, the flow's, the
+    source's), whole. A set replaces the ones below it entirely: what it leaves out takes
+    the defaults, never a lower level's value, so the options a run reads with are the
+    ones written in one place."""
+    return next((o for o in levels if o is not None), ExtractionOptions())
+
+
+class Extraction(BaseModel):
+    """A source that queries a table; flows name it as their ``source``.
+
+    >>> Extraction(name="orders_src", dsn="dbname=shop", table="orders",
+    ...            cdc_order=["updated_at"]).definition()["cdc_order"]
+    ['updated_at ASC']
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    name: str = Field(min_length=1)
+    dsn: str = Field(min_length=1, repr=False, description="libpq connection string.")
+    table: str = Field(min_length=1, description="`schema.table`, or `table` in public.")
+    strategy: Strategy = Strategy.WATERMARK
+    cdc_order: tuple[Order, ...] = ()
+    cursor: Any = Field(default=None, description="CUSTOM: an object (or class) with hooks.")
+    where: str | None = Field(default=None, description="SQL predicate: the rows in scope.")
+    partitions: tuple[str, ...] = Field(
+        default=(),
+        description="SQL predicates, one batch each (together they must cover the scope).",
+    )
+    columns: str | None = Field(
+        default=None,
+        description="Spark DDL of the columns to keep, typed (default: every column, typed "
+        "as the table implies).",
+    )
+    options: ExtractionOptions | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        source = str(data.get("name"))
+        strategy = data.get("strategy", Strategy.WATERMARK)
+        try:
+            data["strategy"] = Strategy(str(getattr(strategy, "value", strategy)).upper())
+        except ValueError:
+            raise option_error(
+                source=source,
+                option="strategy",
+                problem=f"is {strategy!r}",
+                fix="Use WATERMARK, CUSTOM or STATELESS.",
+            ) from None
+        order = data.get("cdc_order") or ()
+        if isinstance(order, str):
+            order = [order]
+        data["cdc_order"] = tuple(
+            o if isinstance(o, Order) else Order.parse(o, source) for o in order
+        )
+        if isinstance(data.get("cursor"), type):
+            data["cursor"] = data["cursor"]()
+        if isinstance(data.get("partitions"), str):
+            data["partitions"] = [data["partitions"]]
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Extraction:
+        if self.strategy is Strategy.WATERMARK and not self.cdc_order:
+            raise NoCdcOrderError(source=self.name)
+        if self.strategy is not Strategy.WATERMARK and self.cdc_order:
+            raise option_error(
+                source=self.name,
+                option="cdc_order",
+                problem=f"is set for a {self.strategy.value} source",
+                fix="It orders a WATERMARK source's rows: remove it, or use WATERMARK.",
+            )
+        if self.strategy is Strategy.CUSTOM:
+            missing = [h for h in HOOKS if not callable(getattr(self.cursor, h, None))]
+            if missing:
+                kind = "none given" if self.cursor is None else type(self.cursor).__qualname__
+                raise CursorHookMissingError(source=self.name, cursor=kind, missing=missing)
+        elif self.cursor is not None:
+            raise option_error(
+                source=self.name,
+                option="cursor",
+                problem=f"is set for a {self.strategy.value} source",
+                fix="A cursor drives a CUSTOM source: remove it, or use strategy CUSTOM.",
+            )
+        return self
+
+    @property
+    def keeps_checkpoint(self) -> bool:
+        return self.strategy is not Strategy.STATELESS
+
+    def run_cursor(self) -> Cursor:
+        if self.strategy is Strategy.WATERMARK:
+            return Watermark(self.cdc_order)
+        if self.strategy is Strategy.CUSTOM:
+            return self.cursor
+        return Stateless()
+
+    def definition(self) -> dict[str, Any]:
+        """What a stored checkpoint depends on: another value makes it meaningless."""
+        found: dict[str, Any] = {"strategy": self.strategy.value, "table": qualified(self.table)}
+        if self.cdc_order:
+            found["cdc_order"] = [str(o) for o in self.cdc_order]
+        if self.cursor is not None:
+            found["cursor"] = f"{type(self.cursor).__module__}.{type(self.cursor).__qualname__}"
+        if self.where is not None:
+            found["where"] = self.where
+        return found
+
+
+def plan(source: Extraction, cursor: Cursor, checkpoint: Any) -> list[Batch]:
+    """The run's batches: the cursor's from ``checkpoint``, each narrowed to the source's
+    scope and split by its partitions (each keeping the cursor's predicate). Batches with
+    one serialized form are read once, in the order first planned."""
+    planned: dict[str, Batch] = {}
+    for found in cursor.batches(checkpoint):
+        if isinstance(found, str):
+            found = Batch(found)
+        if not isinstance(found, Batch):
+            raise BadBatchError(source=source.name, value=repr(found))
+        for part in source.partitions or (None,):
+            batch = found.narrowed(source.where).narrowed(part)
+            planned.setdefault(batch.serialized(), batch)
+    return list(planned.values())
+
+
+def advance(cursor: Cursor, accumulators: list[Any]) -> Any:
+    """The next checkpoint: the batches' accumulators merged, in plan order (never in the
+    order the batches completed)."""
+    return functools.reduce(cursor.merge, accumulators)
+
+
+def dumps(value: Any, source: str = "?") -> str:
+    """JSON text of a checkpoint or batch; a Decimal is kept exact (``{"$decimal": ...}``)."""
+
+    def encode(item: Any) -> Any:
+        if isinstance(item, Decimal):
+            return {"$decimal": str(item)}
+        raise CheckpointNotJsonError(
+            source=source, problem=f"{item!r} ({type(item).__name__}) is not a JSON value"
+        )
+
+    try:
+        return json.dumps(value, default=encode, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as error:  # non-string keys, NaN
+        raise CheckpointNotJsonError(source=source, problem=str(error)) from None
+
+
+def loads(text: str) -> Any:
+    """What :func:`dumps` wrote."""
+
+    def decode(item: dict) -> Any:
+        return Decimal(item["$decimal"]) if item.keys() == {"$decimal"} else item
+
+    return json.loads(text, object_hook=decode)

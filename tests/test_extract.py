@@ -1,0 +1,548 @@
+"""Incremental extraction (autocdc/sources/extract.py, pgextract.py, staging.py and
+autocdc/pipelines/extraction.py).
+
+Planning, options, refusals, checkpoint folding and the order batches complete in are pure
+Python. The step itself runs against a real PostgreSQL server (tests/pgserver.py) with an
+``apply`` that only collects the rows (no Delta): types, scope and partitions, STATELESS,
+retries and failures, the checkpoint kept or moved, staging, and the source's lease. The
+pipeline end to end, killed, is tests/test_extract_kill.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pgserver import Server
+from test_lock import start_holder
+from test_pipelines import run, write_project
+
+from autocdc.pipelines import cli
+from autocdc.pipelines.checkpoint import FILE, CheckpointFile
+from autocdc.pipelines.errors import PipelineDefinitionError
+from autocdc.pipelines.extraction import LEASES, STAGING, Extracted, Reader, Step
+from autocdc.sources import extract, pgextract
+from autocdc.sources.errors import (
+    BadBatchError,
+    BatchFailedError,
+    CheckpointNotJsonError,
+    CursorHookMissingError,
+    ExtractionChangedError,
+    NoCdcOrderError,
+    SourceLockedError,
+    SourceOptionError,
+)
+from autocdc.sources.extract import Batch, Extraction, ExtractionOptions
+
+DSN = "host=db dbname=shop"
+
+
+def source(**options) -> Extraction:
+    return Extraction(**{"name": "src", "dsn": DSN, "table": "items", **options})
+
+
+class Marks:
+    """A CUSTOM cursor: one watermark per region, one batch per region known plus one for
+    the others; merge keeps each region's greater mark."""
+
+    def batches(self, checkpoint):
+        marks = checkpoint or {}
+        known = [Batch("region = %s AND at >= %s", (r, m)) for r, m in sorted(marks.items())]
+        return [*known, Batch("NOT (region = ANY(%s))", (sorted(marks),))]
+
+    def seed(self, checkpoint):
+        return dict(checkpoint or {})
+
+    def fold(self, acc, row):
+        acc[row["region"]] = max(acc.get(row["region"], row["at"]), row["at"])
+        return acc
+
+    def merge(self, a, b):
+        return {r: max(m for m in (a.get(r), b.get(r)) if m is not None) for r in a.keys() | b}
+
+
+# --- pure: declarations, options, planning, folding --------------------------------------
+
+
+def test_options_resolve_whole_from_the_run_then_the_flow_then_the_source():
+    """The first set wins and replaces the others entirely: what it leaves out takes the
+    defaults, not a lower level's value."""
+    run_level = ExtractionOptions(retries=3)
+    flow_level = ExtractionOptions(max_concurrency=4, staging=True)
+    source_level = ExtractionOptions(max_concurrency=8, page_rows=5)
+    assert extract.resolve_options(run_level, flow_level, source_level) == run_level
+    resolved = extract.resolve_options(None, flow_level, source_level)
+    assert resolved == flow_level and resolved.page_rows == ExtractionOptions().page_rows
+    assert extract.resolve_options(None, None, source_level) == source_level
+    assert extract.resolve_options(None, None, None) == ExtractionOptions()
+    # The run's options on the command line: one set, as written.
+    assert cli._extract_options("retries=2, staging=true") == ExtractionOptions(
+        retries=2, staging=True
+    )
+
+
+def test_retries_are_clamped_to_1_to_5():
+    assert ExtractionOptions().retries == 1
+    assert [ExtractionOptions(retries=n).retries for n in (-1, 0, 1, 3, 5, 6, 100)] == [
+        1,
+        1,
+        1,
+        3,
+        5,
+        5,
+        5,
+    ]
+    with pytest.raises(SourceOptionError) as refused:
+        ExtractionOptions(max_concurrency=0)
+    assert refused.value.params["option"] == "max_concurrency"
+
+
+class NoMerge:
+    def batches(self, checkpoint):
+        return [Batch()]
+
+    def seed(self, checkpoint):
+        return None
+
+    def fold(self, acc, row):
+        return None
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "params"),
+    [
+        ({}, NoCdcOrderError, {"source": "src"}),
+        ({"strategy": "watermark", "cdc_order": []}, NoCdcOrderError, {"source": "src"}),
+        (
+            {"strategy": "CUSTOM", "cursor": NoMerge},
+            CursorHookMissingError,
+            {"missing": ["merge"], "cursor": "NoMerge"},
+        ),
+        (
+            {"strategy": "CUSTOM"},
+            CursorHookMissingError,
+            {"missing": ["batches", "seed", "fold", "merge"], "cursor": "none given"},
+        ),
+        ({"strategy": "STATELESS", "cdc_order": "at"}, SourceOptionError, {"option": "cdc_order"}),
+        ({"cdc_order": "at", "cursor": Marks}, SourceOptionError, {"option": "cursor"}),
+        ({"strategy": "INCREMENTAL"}, SourceOptionError, {"option": "strategy"}),
+        ({"cdc_order": ["at", 1]}, SourceOptionError, {"option": "cdc_order"}),
+    ],
+)
+def test_declarations_that_cannot_work_are_refused(options, error, params):
+    with pytest.raises(error) as refused:
+        source(**options)
+    assert params.items() <= refused.value.params.items()
+
+
+def test_plan_pushes_the_predicate_into_every_partition_and_reads_a_batch_once():
+    watermark = source(
+        cdc_order=["at", "remaining DESC"],
+        where="tenant = 'eu'",
+        partitions=["id % 2 = 0", "id % 2 = 1", "id % 2 = 0"],  # one given twice
+    )
+    cursor = watermark.run_cursor()
+    first = extract.plan(watermark, cursor, None)  # the first run: everything in scope
+    assert [(b.where, b.params) for b in first] == [
+        ("(tenant = 'eu') AND (id %% 2 = 0)", ()),
+        ("(tenant = 'eu') AND (id %% 2 = 1)", ()),
+    ]
+    later = extract.plan(watermark, cursor, {"at": "2024-05-01 10:00:00+00", "remaining": None})
+    assert [b.where for b in later] == [
+        '(("at" >= %s OR "remaining" IS NOT NULL) AND (tenant = \'eu\')) AND (id %% 2 = 0)',
+        '(("at" >= %s OR "remaining" IS NOT NULL) AND (tenant = \'eu\')) AND (id %% 2 = 1)',
+    ]
+    assert {b.params for b in later} == {("2024-05-01 10:00:00+00",)}
+    # A CUSTOM cursor's own repeats collapse too, strings are predicates, others refused.
+    custom = source(strategy="CUSTOM", cursor=Marks)
+    twice = type("Twice", (Marks,), {"batches": lambda self, cp: ["a = 1", Batch("a = 1")]})()
+    assert extract.plan(custom, twice, None) == [Batch("a = 1")]
+    wrong = type("Wrong", (Marks,), {"batches": lambda self, cp: [("a = %s", (1,))]})()
+    with pytest.raises(BadBatchError):
+        extract.plan(custom, wrong, None)
+
+
+def test_watermark_folds_per_column_max_ascending_and_min_descending():
+    cursor = source(cdc_order=["at", "remaining DESC"]).run_cursor()
+    rows = [
+        {"at": "2024-05-01 10:00:00+00", "remaining": 7},
+        {"at": "2024-05-01 10:00:00.5+00", "remaining": None},
+        {"at": None, "remaining": 3},
+    ]
+    one = cursor.seed(None)
+    for row in rows[:2]:
+        one = cursor.fold(one, row)
+    two = cursor.fold(cursor.seed(None), rows[2])
+    expected = {"at": "2024-05-01 10:00:00.5+00", "remaining": 3}
+    assert cursor.merge(one, two) == cursor.merge(two, one) == expected
+    # A later run starts from the checkpoint: a batch with nothing newer keeps it.
+    assert cursor.fold(cursor.seed(expected), rows[0]) == expected
+    assert cursor.batches(expected) == [
+        Batch('"at" >= %s OR "remaining" <= %s', ("2024-05-01 10:00:00.5+00", 3))
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(order=st.permutations(range(4)), staged=st.booleans())
+def test_custom_checkpoint_does_not_depend_on_the_order_batches_complete(
+    tmp_path_factory, order, staged
+):
+    """Four batches read at once, made to complete in every order: one checkpoint."""
+    marks = source(strategy="CUSTOM", cursor=Marks)
+    checkpoint = {"eu": "2024-05-01", "us": "2024-05-03"}
+    batches = extract.plan(marks, marks.cursor, checkpoint)  # eu, us, others
+    batches.append(Batch("region = 'eu' AND at >= '2024-05-02'"))
+    rows = [
+        [{"region": "eu", "at": "2024-05-04"}],
+        [{"region": "us", "at": "2024-05-03"}],
+        [{"region": "apac", "at": "2024-04-01"}, {"region": "latam", "at": "2024-05-09"}],
+        [{"region": "eu", "at": "2024-05-05"}],
+    ]
+    finished: list[int] = []
+    turn = threading.Condition()
+
+    def read_batch(src, table, batch, cursor, cp, sink, page_rows):
+        index = batches.index(batch)
+        acc = cursor.seed(cp)
+        for row in rows[index]:
+            acc = cursor.fold(acc, row)
+        sink.write([json.dumps(r) for r in rows[index]], [None] * len(rows[index]))
+        with turn:  # complete in the drawn order
+            turn.wait_for(lambda: order[len(finished)] == index, timeout=10)
+            finished.append(index)
+            turn.notify_all()
+        return acc, len(rows[index])
+
+    options = ExtractionOptions(max_concurrency=4, staging=staged)
+    reader = Reader(marks, None, marks.cursor, checkpoint, options, tmp_path_factory.mktemp("s"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pgextract, "read_batch", read_batch)
+        reads = reader.read_all(batches)
+    assert finished == list(order)
+    assert extract.advance(marks.cursor, [r.acc for r in reads]) == {
+        "eu": "2024-05-05",
+        "us": "2024-05-03",
+        "apac": "2024-04-01",
+        "latam": "2024-05-09",
+    }
+    assert [r.rows for r in reads] == [1, 1, 2, 1]
+
+
+def test_checkpoints_are_json_kept_exact_and_refused_under_another_definition(tmp_path):
+    watermark = source(cdc_order=["at"])
+    store = CheckpointFile(tmp_path)
+    assert store.read(watermark, "f", "d") is None
+    checkpoint = {"at": "2024-05-01 10:00:00+00", "n": Decimal("12.50"), "k": [1, None]}
+    store.write(watermark, checkpoint, rows=3, batches=1)
+    assert store.read(watermark, "f", "d") == checkpoint
+    assert [p.name for p in tmp_path.iterdir()] == [FILE]  # nothing half-written left
+    logged = Extracted(None, rows=3, batches=1, checkpoint=checkpoint, advanced=True)
+    assert json.loads(json.dumps(logged.position("src")))["offset"]["n"] == {"$decimal": "12.50"}
+    with pytest.raises(CheckpointNotJsonError):
+        extract.dumps({"at": datetime(2024, 5, 1)}, "src")
+    with pytest.raises(ExtractionChangedError) as refused:
+        store.read(source(cdc_order=["version"]), "f", "d")
+    assert refused.value.params["stored"]["cdc_order"] == ["at ASC"]
+    assert refused.value.params["dataset"] == "d"
+
+
+# --- against PostgreSQL: the step with an apply that collects ----------------------------
+
+
+@pytest.fixture(scope="module")
+def pg():
+    server = Server().start()
+    yield server
+    server.stop()
+
+
+def _step(tmp_path: Path, src: Extraction, flow: str = "f") -> Step:
+    return Step(
+        source=src,
+        flow=flow,
+        dataset=flow,
+        checkpoints=tmp_path / "checkpoints" / flow,
+        storage=tmp_path / "storage",
+        pipeline="test",
+    )
+
+
+def _collect(df):
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def test_stateless_reads_every_row_in_scope_each_run_typed_as_the_table_implies(
+    spark, pg, tmp_path
+):
+    pg.execute(
+        "CREATE TABLE kinds (id bigint PRIMARY KEY, n numeric, price numeric(10,2), "
+        "at timestamp, at_tz timestamptz, day date, ok boolean, doc jsonb, tags text[], "
+        "f double precision, note text);"
+        "INSERT INTO kinds VALUES (1, 1.5, 2.25, '2024-05-01 10:00:00.5', "
+        "'2024-05-01 12:00:00+02', '2024-05-01', true, '{\"a\": [1]}', '{x,y}', 0.1, 'a%b'),"
+        "(2, NULL, NULL, NULL, NULL, '0044-03-15 BC', NULL, NULL, NULL, NULL, NULL),"
+        "(1000, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'out of scope')"
+    )
+    stateless = source(
+        dsn=pg.dsn,
+        table="kinds",
+        strategy="STATELESS",
+        where="id < 1000",
+        partitions=["id % 2 = 0", "id % 2 = 1 AND note LIKE 'a%'", "note IS NULL AND id = 1"],
+    )
+    step = _step(tmp_path, stateless)
+    done = step.run(spark, ExtractionOptions(), lambda df: (df.dtypes, _collect(df)))
+    dtypes, rows = done.result
+    assert dtypes == [
+        ("id", "bigint"),
+        ("n", "decimal(38,18)"),
+        ("price", "decimal(10,2)"),
+        ("at", "timestamp_ntz"),
+        ("at_tz", "timestamp"),
+        ("day", "date"),
+        ("ok", "boolean"),
+        ("doc", "string"),
+        ("tags", "string"),
+        ("f", "double"),
+        ("note", "string"),
+        ("_corrupt_record", "string"),
+    ]
+    (first,) = [r for r in rows if r[0] == 1]
+    assert first[1:4] == (Decimal("1.5"), Decimal("2.25"), datetime(2024, 5, 1, 10, 0, 0, 500000))
+    assert first[5:11] == (datetime(2024, 5, 1).date(), True, '{"a":[1]}', "{x,y}", 0.1, "a%b")
+    (bc,) = [r for r in rows if r[-1] is not None]  # out of Spark's range: quarantined
+    assert json.loads(bc[-1])["row"]["day"] == "0044-03-15 BC" and bc[0] is None
+    assert (done.rows, done.batches, done.checkpoint, done.advanced) == (2, 3, None, False)
+
+    pg.execute("INSERT INTO kinds (id, note) VALUES (3, 'a'); DELETE FROM kinds WHERE id = 1")
+    again = step.run(spark, ExtractionOptions(), _collect)
+    assert sorted(r[0] for r in again.result if r[0] is not None) == [3]
+    assert again.rows == 2  # every row in scope, every run
+    assert not (step.checkpoints / FILE).exists()
+
+
+def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_stays(
+    spark, pg, tmp_path, monkeypatch
+):
+    """Two cdc_order columns, one descending; ties at the checkpoint read again; a batch
+    that fails mid-read (rows already in its staged file) and then succeeds; a run whose
+    batch never succeeds applies nothing and keeps the checkpoint, and the next run
+    resumes from it."""
+    pg.execute(
+        "CREATE TABLE jobs (id int PRIMARY KEY, at timestamptz, remaining int);"
+        "INSERT INTO jobs VALUES (1, '2024-05-01 10:00+00', 9), (2, '2024-05-01 11:00+00', 5),"
+        "(3, '2024-05-01 11:00+00', 7), (4, '2024-05-01 09:00+00', 8)"
+    )
+    jobs = source(
+        dsn=pg.dsn,
+        table="jobs",
+        cdc_order=["at", "remaining DESC"],
+        partitions=["id <= 2", "id > 2"],
+    )
+    step = _step(tmp_path, jobs)
+    options = ExtractionOptions(retries=0, staging=True, page_rows=1, max_concurrency=2)
+    first = step.run(spark, options, _collect)
+    assert [r[0] for r in first.result] == [1, 2, 3, 4]
+    assert first.checkpoint == {"at": "2024-05-01 11:00:00+00", "remaining": 5}
+    stored = (step.checkpoints / FILE).read_text()
+
+    # A tie at the checkpoint's time, a row whose remaining fell below the least seen, and
+    # rows that advanced in neither.
+    pg.execute(
+        "INSERT INTO jobs VALUES (5, '2024-05-01 11:00+00', 9), (6, '2024-05-01 08:00+00', 6);"
+        "UPDATE jobs SET remaining = 4 WHERE id = 4"
+    )
+    real = pgextract.read_batch
+    failures: list[str] = []
+
+    class Breaks:
+        """A sink that takes the first page, then loses the connection."""
+
+        def __init__(self, sink):
+            self.sink = sink
+
+        def write(self, data, corrupt):
+            self.sink.write(data, corrupt)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    def flaky(src, table, batch, cursor, cp, sink, page_rows, *, times: int):
+        if "id > 2" in batch.where and len(failures) < times:
+            failures.append(batch.where)
+            sink = Breaks(sink)
+        return real(src, table, batch, cursor, cp, sink, page_rows)
+
+    def failing(times: int):
+        return lambda *args: flaky(*args, times=times)
+
+    monkeypatch.setattr(pgextract, "read_batch", failing(1))
+    second = step.run(spark, options, _collect)
+    assert len(failures) == 1
+    # Ties (2, 3 at 11:00; 5) read again, 4 for its remaining; each row once.
+    assert [r[0] for r in second.result] == [2, 3, 4, 5]
+    assert second.checkpoint == {"at": "2024-05-01 11:00:00+00", "remaining": 4}
+    assert not (step.checkpoints / STAGING).exists()  # swept
+    stored = (step.checkpoints / FILE).read_text()
+
+    pg.execute("UPDATE jobs SET at = '2024-05-01 12:00+00' WHERE id = 6")
+    failures.clear()
+    monkeypatch.setattr(pgextract, "read_batch", failing(99))
+    applied = []
+    with pytest.raises(BatchFailedError) as failed:
+        step.run(spark, options, applied.append)
+    assert failed.value.params["attempts"] == 2  # retries=0 is clamped to 1
+    assert failed.value.params["batch"] == 2 and failed.value.params["batches"] == 2
+    assert len(failures) == 2 and applied == []
+    assert (step.checkpoints / FILE).read_text() == stored
+    assert not (step.checkpoints / STAGING).exists()
+
+    monkeypatch.setattr(pgextract, "read_batch", real)
+    resumed = step.run(spark, options, _collect)
+    assert [r[0] for r in resumed.result] == [2, 3, 4, 5, 6]
+    assert resumed.checkpoint == {"at": "2024-05-01 12:00:00+00", "remaining": 4}
+    # Nothing new: every row read is a tie, and the checkpoint is kept as it was.
+    stored = (step.checkpoints / FILE).read_text()
+    quiet = step.run(spark, options, _collect)
+    assert (quiet.rows, quiet.advanced) == (2, False)  # 6 (a tie) and 4 (remaining)
+    assert (step.checkpoints / FILE).read_text() == stored
+
+
+def test_a_second_run_of_a_source_is_refused_and_a_dead_runs_lease_is_taken_over(
+    spark, pg, tmp_path
+):
+    pg.execute("CREATE TABLE leased (id int PRIMARY KEY); INSERT INTO leased VALUES (1)")
+    step = _step(tmp_path, source(dsn=pg.dsn, table="leased", strategy="STATELESS"))
+    holder = start_holder(tmp_path / "storage" / LEASES, expiry=60, name="src.lock")
+    try:
+        with pytest.raises(SourceLockedError) as refused:
+            step.run(spark, ExtractionOptions(), _collect)
+        assert refused.value.params["source"] == "src"
+        assert refused.value.params["pid"] == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    assert step.run(spark, ExtractionOptions(), _collect).result == [(1, None)]
+    assert not (tmp_path / "storage" / LEASES / "src.lock").exists()
+
+
+BAD_CUSTOM = """
+from autocdc import pipelines as dp
+
+class Cursor:
+    def batches(self, checkpoint):
+        return [dp.ExtractionBatch()]
+
+    def seed(self, checkpoint):
+        return {{}}
+
+dp.create_extraction_source(
+    name="src", dsn="host=nowhere", table="t", strategy="CUSTOM", cursor=Cursor
+)
+"""
+OPTIONS_ELSEWHERE = """
+from autocdc import pipelines as dp
+
+@dp.temporary_view
+def changes():
+    return spark.readStream.schema("{feed}").json("{data}")
+
+dp.create_streaming_table("t")
+dp.create_auto_cdc_flow(target="t", source="changes", keys=["id"], sequence_by="seq",
+                        extract_options=dp.ExtractionOptions(retries=2))
+"""
+
+
+@pytest.mark.parametrize(
+    ("files", "error"),
+    [
+        ({"src.py": BAD_CUSTOM}, CursorHookMissingError),
+        ({"flow.py": OPTIONS_ELSEWHERE}, PipelineDefinitionError),
+    ],
+)
+def test_pipeline_definitions_refused_before_anything_runs(
+    spark, tmp_path, new_table, files, error
+):
+    database = new_table("extract")
+    spec = write_project(tmp_path, database, files)
+    with pytest.raises(error) as refused:
+        run(spark, spec)
+    if error is CursorHookMissingError:
+        assert refused.value.params["missing"] == ["fold", "merge"]
+    assert not (tmp_path / "storage").exists()
+
+
+SNAPSHOT_OVER_EXTRACTION = """
+from autocdc import pipelines as dp
+
+dp.create_extraction_source(name="items_src", dsn="{dsn}", table="{table}",
+                            strategy="{strategy}"{order})
+dp.create_streaming_table("items")
+dp.create_auto_cdc_from_snapshot_flow(target="items", source="items_src", keys=["id"],
+                                      stored_as_scd_type={scd})
+"""
+
+
+def _snapshot_project(tmp_path, database, pg, table, scd=1, strategy="STATELESS", order=""):
+    text = SNAPSHOT_OVER_EXTRACTION.replace("{dsn}", pg.dsn).replace("{table}", table)
+    text = text.replace("{strategy}", strategy).replace("{order}", order)
+    return write_project(tmp_path, database, {"flow.py": text.replace("{scd}", str(scd))})
+
+
+@pytest.mark.parametrize("scd", [1, 2])
+def test_a_snapshot_flow_over_a_stateless_source_mirrors_deletes(
+    spark, pg, tmp_path, new_table, scd
+):
+    """Each run reads the table whole as the next snapshot (version: the run's number):
+    rows deleted between runs leave the target (SCD2: their version ends), an unchanged
+    row keeps its version, a changed one gets a new one."""
+    table = f"snap_items_{scd}"
+    pg.execute(
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text);"
+        f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (3, 'c')"
+    )
+    database = new_table(f"snap_extract_{scd}")
+    spec = _snapshot_project(tmp_path, database, pg, table, scd)
+    traffic = [
+        "",
+        f"DELETE FROM {table} WHERE id = 2; UPDATE {table} SET name = 'c2' WHERE id = 3;"
+        f"INSERT INTO {table} VALUES (4, 'd')",
+        f"DELETE FROM {table} WHERE id IN (1, 4)",
+    ]
+    for sql in traffic:
+        if sql:
+            pg.execute(sql)
+        run(spark, spec)
+        live = sorted(pg.query(f"SELECT id, name FROM {table}"))
+        rows = spark.table(f"{database}.items")
+        if scd == 2:
+            rows = rows.where("__END_AT IS NULL")
+        assert sorted((r.id, r.name) for r in rows.collect()) == live
+    assert live == [(3, "c2")]
+    if scd == 2:
+        versions = spark.table(f"{database}.items").orderBy("id", "__START_AT")
+        assert [tuple(r) for r in versions.collect()] == [
+            (1, "a", 1, 3),
+            (2, "b", 1, 2),
+            (3, "c", 1, 2),
+            (3, "c2", 2, None),
+            (4, "d", 2, 3),
+        ]
+
+
+def test_a_snapshot_flow_over_a_watermark_source_is_refused(spark, pg, tmp_path, new_table):
+    pg.execute("CREATE TABLE snap_marked (id bigint PRIMARY KEY, at bigint)")
+    database = new_table("snap_marked")
+    order = ', cdc_order=["at"]'
+    spec = _snapshot_project(
+        tmp_path, database, pg, "snap_marked", strategy="WATERMARK", order=order
+    )
+    with pytest.raises(PipelineDefinitionError, match="would delete every other key") as refused:
+        run(spark, spec)
+    assert "strategy='STATELESS'" in str(refused.value)
+    assert not (tmp_path / "storage").exists()
