@@ -115,6 +115,43 @@ def fold_scd1(
     return target
 
 
+def fold_scd1_groups(
+    changes: dict[str, Iterable[Change]], groups: dict[str, list[int]], width: int
+) -> dict[Any, tuple[Any, ...]]:
+    """SCD type 1 with sequence groups (docs/semantics.md): ``changes`` per group, each
+    on its own clock; ``groups``: each group's value indexes. Each group is folded alone,
+    its upserts setting only its columns (of those they set), its deletes wiping only
+    them; a key is live while any group's greatest upsert is above its latest delete,
+    and each column reads its group's fold (NULL where that group's key is not live)."""
+    folds = {
+        group: fold_scd1(
+            [
+                Change(
+                    c.key,
+                    c.seq,
+                    c.op,
+                    c.values,
+                    frozenset(groups[group])
+                    if c.sets is None
+                    else frozenset(c.sets) & frozenset(groups[group]),
+                )
+                for c in given
+            ],
+            partial=True,
+        )
+        for group, given in changes.items()
+    }
+    owner = {i: group for group, indexes in groups.items() for i in indexes}
+    keys = {k for fold in folds.values() for k in fold}
+    return {
+        k: tuple(
+            folds.get(owner[i], {}).get(k, (None,) * width)[i] if i in owner else None
+            for i in range(width)
+        )
+        for k in keys
+    }
+
+
 def fold_scd2(
     changes: Iterable[Change],
     tracked: list[int] | None = None,

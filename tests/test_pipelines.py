@@ -541,3 +541,65 @@ def test_flows_into_one_target_share_whether_it_is_partial_and_what_it_tracks(sp
     with pytest.raises(errors.FlowsDisagreeError) as raised:
         graph.check_targets(flows)
     assert raised.value.params["field"] == "track_history_column_list"
+
+
+GROUPED = """
+from autocdc import pipelines as dp
+
+GROUPS = {{"shop": ["a"], "warehouse": ["b"]}}
+
+@dp.temporary_view
+def shop():
+    return spark.readStream.schema("id INT, a STRING, op STRING, seq BIGINT").json("{data}")
+
+@dp.temporary_view
+def warehouse():  # its own clock, of another type
+    return spark.readStream.schema("id INT, b INT, kind STRING, ts TIMESTAMP").json("{data}2")
+
+dp.create_streaming_table("orders")
+dp.create_auto_cdc_flow(
+    target="orders", source="shop", name="orders_shop", keys=["id"], sequence_by="seq",
+    apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
+    sequence_groups=GROUPS, sequence_group="shop",
+)
+dp.create_auto_cdc_flow(
+    target="orders", source="warehouse", name="orders_warehouse", keys=["id"],
+    sequence_by="ts", apply_as_deletes="kind = 'D'", except_column_list=["kind", "ts"],
+    sequence_groups=GROUPS, sequence_group="warehouse",
+)
+"""
+
+
+def test_sequence_groups_in_a_pipeline(spark, tmp_path, database):
+    """Two producers on their own clocks (a bigint, a timestamp) feed one streaming
+    table, each its own sequence group; a delete from the shop leaves the warehouse's
+    column (docs/semantics.md, sequence groups); a flow declaring other groups is
+    refused before anything runs."""
+    spec = write_project(tmp_path, database, {"flows.py": GROUPED})
+    shop = [
+        {"id": 1, "a": "paid", "op": "U", "seq": 10},
+        {"id": 1, "op": "D", "seq": 11},
+        {"id": 2, "a": "placed", "op": "U", "seq": 5},
+    ]
+    warehouse = [
+        {"id": 1, "b": 7, "kind": "U", "ts": "2026-01-01T09:00:00"},
+        {"id": 2, "b": 8, "kind": "U", "ts": "2026-01-01T09:00:00"},
+        {"id": 2, "kind": "D", "ts": "2026-01-01T10:00:00"},
+    ]
+    for folder, changes in (("data", shop), ("data2", warehouse)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "1.json").write_text("\n".join(map(json.dumps, changes)) + "\n")
+    run(spark, spec)
+    got = {r.id: (r.a, r.b) for r in spark.table(f"{database}.orders").collect()}
+    assert got == {1: (None, 7), 2: ("placed", None)}
+
+    flows = registry.Registry(spark)
+    flows.add_dataset(registry.Dataset("t", "streaming_table", "t.py:1"))
+    common = {"keys": ["id"], "sequence_by": "seq", "sequence_group": "x"}
+    for name, groups in (("one", {"x": ["a"], "y": ["b"]}), ("two", {"x": ["a", "b"]})):
+        flows.add_flow(
+            registry.CdcFlow(name, "t", "s", f"t.py:{name}", {**common, "sequence_groups": groups})
+        )
+    with pytest.raises(errors.FlowsDisagreeError) as raised:
+        graph.check_targets(flows)
+    assert raised.value.params["field"] == "sequence_groups"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1, fold_scd2
+from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1, fold_scd1_groups, fold_scd2
 
 EXAMPLE = [
     Change(124, 1, UPSERT, ("Raul", "Oaxaca")),
@@ -112,3 +112,35 @@ def test_partial_ties_merge_per_column_and_ignore_unset_values():
     full = [Change(1, 1, UPSERT, ("y", 0)), Change(1, 1, UPSERT, ("x", 1))]
     assert fold_scd1(full) == {1: ("y", 0)}
     assert fold_scd1(full, partial=True) == {1: ("y", 1)}
+
+
+def test_sequence_groups_delete_wipes_only_its_group():
+    """docs/semantics.md, sequence groups: the shop (status, amount) on hours, the
+    warehouse (shipped_at, carrier) on scan numbers. Order 8: the shop's delete leaves the
+    warehouse's columns, and a warehouse scan, whatever its number, is not below it.
+    Order 9: the warehouse's delete wipes its scan 1, not its scan 3; the shop's late
+    upsert below its own delete stays out. Order 10: both delete: gone."""
+    shop = [
+        Change(8, 9, UPSERT, ("placed", 8, None, None)),
+        Change(8, 11, DELETE),
+        Change(9, 10, UPSERT, ("paid", 5, None, None)),
+        Change(9, 12, DELETE),
+        Change(9, 11, UPSERT, ("late", 1, None, None)),
+        Change(9, 13, UPSERT, ("again", 2, None, None)),
+        Change(10, 9, UPSERT, ("placed", 1, None, None)),
+        Change(10, 10, DELETE),
+    ]
+    warehouse = [
+        Change(8, 1, UPSERT, (None, None, "10:45", "DHL")),
+        Change(8, 2, UPSERT, (None, None, None, "UPS"), frozenset({3})),
+        Change(9, 1, UPSERT, (None, None, "09:00", "DHL")),
+        Change(9, 3, UPSERT, (None, None, None, "UPS"), frozenset({3})),
+        Change(9, 2, DELETE),
+        Change(10, 1, UPSERT, (None, None, "09:00", "DHL")),
+        Change(10, 5, DELETE),
+    ]
+    groups = {"shop": [0, 1], "warehouse": [2, 3]}
+    assert fold_scd1_groups({"shop": shop, "warehouse": warehouse}, groups, 4) == {
+        8: (None, None, "10:45", "UPS"),
+        9: ("again", 2, None, "UPS"),
+    }

@@ -187,6 +187,17 @@ class TargetNotPartialError(AutoCdcError):
     PYTHON_REMEDY = "flow.full_refresh(spark)"
 
 
+class SequenceGroupsError(AutoCdcError):
+    error_class = "AUTOCDC_INVALID_SEQUENCE_GROUPS"
+    template = (
+        "Flow `{flow}` declares sequence groups that cannot work: {why}. Declare "
+        "`sequence_groups` (each group's name and value columns, every value column in "
+        "one group) the same way on every flow into the target, and `sequence_group` "
+        "naming the flow's own group, whose clock is its `sequence_by` (SCD type 1 only, "
+        "no truncates); see docs/semantics.md, sequence groups."
+    )
+
+
 class InvalidKeyTypeError(AutoCdcError):
     error_class = "AUTOCDC_INVALID_KEY_TYPE"
     template = (

@@ -40,6 +40,7 @@ from autocdc.engine import tables
 from autocdc.engine.errors import (
     DefinitionChangedError,
     SchemaMismatchError,
+    SequenceGroupsError,
     TargetNotPartialError,
 )
 from autocdc.engine.spec import FlowSpec
@@ -89,17 +90,68 @@ class Fit:
 
 def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
     """What the stored state depends on, kept as properties of the state table."""
-    return {
+    declared = {
         st.PROP_KEYS: json.dumps(list(spec.keys)),
         st.PROP_SEQUENCE: sequence.simpleString(),
         st.PROP_SCD_TYPE: str(spec.stored_as_scd_type),
         st.PROP_PARTIAL: str(spec.partial).lower(),
     }
+    if spec.sequence_groups is not None:  # each group's clock type: its state columns'
+        declared[st.PROP_SEQUENCE] = st.GROUPS_SEQUENCE
+        declared[st.PROP_GROUPS] = groups_text(spec)
+    return declared
+
+
+def groups_text(spec: FlowSpec) -> str:
+    """The flow's sequence groups as the state table stores them (order-free)."""
+    groups = spec.sequence_groups or {}
+    return json.dumps({g: list(groups[g]) for g in sorted(groups)})
+
+
+def _check_groups(spec: FlowSpec, had: dict[str, str]) -> None:
+    """Every flow into a target with sequence groups declares the same groups (and a
+    target without them takes no flow that declares some)."""
+    stored, declared = had.get(st.PROP_GROUPS), definition_groups(spec)
+    if stored != declared:
+        why = (
+            f"target `{spec.target}` was built with sequence groups {stored or 'none'}, "
+            f"the flow declares {declared or 'none'}"
+        )
+        raise SequenceGroupsError(flow=spec.flow_name, why=why)
+
+
+def definition_groups(spec: FlowSpec) -> str | None:
+    return None if spec.sequence_groups is None else groups_text(spec)
+
+
+def _group_types(
+    spec: FlowSpec, sequence: DataType, stored: StructType | None
+) -> tuple[tuple[str, DataType], ...]:
+    """Each group's clock type: the stored one (the type of its state columns), and the
+    batch's for the flow's own group, which must agree with the stored one."""
+    types: dict[str, DataType] = {}
+    for group in sorted(spec.sequence_groups or {}):
+        name = st.group_ups(group)
+        if stored is not None and name in stored.names:
+            types[group] = nullable(stored[name].dataType)
+    own = spec.sequence_group
+    if own is not None and own in types and types[own] != sequence:
+        raise DefinitionChangedError(
+            target=spec.target,
+            field=f"the sequence type of group {own}",
+            stored=types[own].simpleString(),
+            declared=sequence.simpleString(),
+            remedy=DefinitionChangedError.PYTHON_REMEDY,
+        )
+    if own is not None:
+        types[own] = sequence
+    return tuple(sorted(types.items()))
 
 
 def _why_partial(spec: FlowSpec) -> str:
     """The option that makes a flow's upserts partial, for the refusal's message."""
     for field in (
+        "sequence_group",
         "columns_to_update",
         "ignore_null_updates",
         "ignore_null_updates_column_list",
@@ -135,6 +187,7 @@ def fit(
     columns = spec.resolve(df.schema, sequence, stored_names, [corrupt] if corrupt else [])
     if found:
         had = st.stored_definition(spark, state_table)
+        _check_groups(spec, had)
         for field, prop in st.DEFINITION_FIELDS.items():
             if prop in had and had[prop] != declared[prop]:
                 raise DefinitionChangedError(
@@ -184,6 +237,7 @@ def fit(
         sequence=sequence,
         partial=partial,
         log_values=spec.stored_as_scd_type == 2,
+        **_grouping(spec, sequence, tables.read(spark, state_table).schema if found else None),
     )
     tracked = [c for c in columns.tracked if c in layout.value_names]
     if spec.track_history_column_list is None:  # all but the excepted: new columns too
@@ -221,6 +275,17 @@ def fit(
         conform=conform,
         sets=sets,
     )
+
+
+def _grouping(spec: FlowSpec, sequence: DataType, stored: StructType | None) -> dict:
+    """The Layout fields of a target with sequence groups (none without)."""
+    if spec.sequence_groups is None:
+        return {}
+    return {
+        "group": spec.sequence_group,
+        "group_of": tuple(sorted((c, g) for g, cs in spec.sequence_groups.items() for c in cs)),
+        "group_types": _group_types(spec, sequence, stored),
+    }
 
 
 def _retyped(field: StructField, fields: list[StructField]) -> StructField:

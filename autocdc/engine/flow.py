@@ -23,7 +23,7 @@ from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
-from autocdc.engine.spec import END_AT, START_AT, FlowSpec
+from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowSpec
 from autocdc.engine.stage import OP, REASON, TRUNCATE, col
 
 GC_INTERVAL_SECONDS = 3600.0
@@ -314,7 +314,11 @@ class AutoCdcFlow(FlowSpec):
         when the state table is rewritten. SCD type 2 keeps its whole change log (deletes
         are history): nothing is collected, and nothing is rewritten.
         """
-        if self.stored_as_scd_type == 2 or not tables.exists(spark, self.state_table):
+        if (
+            self.stored_as_scd_type == 2
+            or self.sequence_groups is not None
+            or not tables.exists(spark, self.state_table)
+        ):
             return 0
         layout = fit.stored_layout(spark, self, self.state_table)
         with tuning.engine_settings(spark):
@@ -329,7 +333,10 @@ class AutoCdcFlow(FlowSpec):
     def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
         self._gc_clock = time.monotonic()
         self._catch_up(spark, layout)
-        collected = gc.compact(spark, self.state_table, layout, self.tombstone_retention_days)
+        # With sequence groups nothing is collected (compacted only): a group's tombstone
+        # is all that keeps its older upserts out, and there is no horizon per group.
+        retention = MAX_RETENTION_DAYS if layout.grouped else self.tombstone_retention_days
+        collected = gc.compact(spark, self.state_table, layout, retention)
         self._meta = self._committed = None
         return collected
 

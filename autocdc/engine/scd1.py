@@ -49,6 +49,7 @@ B_UPS, B_DEL, B_VER, B_VAL = (
 )
 OLD_EXISTS, OLD_LIVE, CONFLICT = "__autocdc_o_exists", "__autocdc_o_live", "__autocdc_conflict"
 CHANGED, ACTION, TIE = "__autocdc_changed", "__autocdc_action", "__autocdc_tie"
+OTHER_LIVE = "__autocdc_other_live"  # sequence groups: another group keeps the key live
 ACT_DELETE, ACT_UPSERT = "D", "U"
 # Per key: events folded, events in all, late and stale ones (the batch's metrics).
 N_OK, N_EVENTS, N_LATE, N_STALE = (
@@ -354,6 +355,61 @@ def merge(
     return run
 
 
+def _group_live(layout: st.Layout, group: str) -> Column:
+    """Whether ``group``'s greatest upsert is above its latest delete."""
+    ups, dele = col(st.group_ups(group)), col(st.group_del(group))
+    return ups.isNotNull() & F.coalesce(ups > dele, F.lit(True))
+
+
+def group_view(old_state: DataFrame, full: st.Layout) -> DataFrame:
+    """The stored state as the batch's group sees it (sequence groups): its own
+    sequences under the names the fold reads, its liveness alone; no horizon (a target
+    with groups collects no tombstones and takes no truncate)."""
+    group, own = full.group, full.group_layout()
+    return old_state.select(
+        *[col(k) for k in full.key_names],
+        col(st.group_ups(group)).alias(st.UPS),
+        col(st.group_del(group)).alias(st.DEL),
+        F.lit(None).cast(full.sequence).alias(st.FLOOR),
+        col(st.HASH),
+        _group_live(full, group).alias(st.LIVE),
+        *[col(st.column_seq(v)) for v in own.value_names],
+    )
+
+
+def regroup(touched: DataFrame, old_state: DataFrame, full: st.Layout) -> DataFrame:
+    """The batch group's fold back into the whole state row (sequence groups): the other
+    groups' sequences as stored; the key is live while any group is (its greatest
+    upsert above its latest delete), so the target's action is decided on that."""
+    group, own = full.group, set(full.group_layout().value_names)
+    others = [g for g, _ in full.group_types if g != group]
+    other_live = reduce(lambda a, b: a | b, [_group_live(full, g) for g in others], F.lit(False))
+    kept = [c for g in others for c in (st.group_ups(g), st.group_del(g))]
+    kept += [st.column_seq(v) for v in full.value_names if v not in own]
+    rest = old_state.select(
+        *[col(k) for k in full.key_names], *[col(c) for c in kept], other_live.alias(OTHER_LIVE)
+    )
+    joined = touched.drop(*[c for c in kept if c in touched.columns]).join(
+        rest, full.key_names, "left"
+    )
+    others_live = F.coalesce(col(OTHER_LIVE), F.lit(False))
+    live, old_live = col(st.LIVE) | others_live, col(OLD_LIVE) | others_live
+    ties = reduce(lambda a, b: a | b, [col(tie(v)) for v in own], F.lit(False))
+    action = F.when(old_live & ~live, F.lit(ACT_DELETE)).when(
+        live & (col(CHANGED) | ties), F.lit(ACT_UPSERT)
+    )
+    null = F.lit(None).cast("long")
+    return joined.withColumns(
+        {
+            st.group_ups(group): col(st.UPS),
+            st.group_del(group): col(st.DEL),
+            ACTION: action,
+            st.LIVE: live,
+            OLD_LIVE: old_live,
+        }
+    ).withColumns({st.UPS: null, st.DEL: null, st.FLOOR: null})
+
+
 def plan(batch: Batch) -> Plan:
     """Reconcile the batch against the state of its keys (all keys when it truncates):
     one materialized pass, one aggregate for the counts."""
@@ -374,10 +430,16 @@ def plan(batch: Batch) -> Plan:
         old_state = old_state.join(batch_keys.distinct(), keys, "left_semi")
     # Read once: the reconcile joins it twice (classify, fold).
     old_state = st.current(old_state, keys).localCheckpoint()
+    full, view = layout, old_state
+    if full.grouped:  # the batch's group alone, on its own clock
+        layout, view = full.group_layout(), group_view(old_state, full)
     events = classify(
-        staged.changes, old_state, bounds, layout, batch.spec.late_beyond_horizon == "quarantine"
+        staged.changes, view, bounds, layout, batch.spec.late_beyond_horizon == "quarantine"
     )
-    touched = fold(events, old_state, bounds, layout, batch.batch_id).localCheckpoint()
+    touched = fold(events, view, bounds, layout, batch.batch_id)
+    if full.grouped:
+        touched = regroup(touched, old_state, full)
+    touched = touched.localCheckpoint()
 
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
     was_tombstone = col(OLD_EXISTS) & ~old_live
@@ -411,7 +473,7 @@ def plan(batch: Batch) -> Plan:
             col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
         ).localCheckpoint()
     return Plan(
-        state_rows=layout.select(touched.where(changed)),
+        state_rows=full.select(touched.where(changed)),
         merge=merge(spark, batch.names.target, layout, touched) if stats["actions"] else None,
         late=late,
         stats=stats,

@@ -9,6 +9,7 @@ With no ``sequence_by`` the feed's own change columns drive the flow (see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +44,7 @@ from autocdc.engine.errors import (
     InvalidSequenceTypeError,
     KeyNotSelectedError,
     ReservedColumnError,
+    SequenceGroupsError,
     TrackHistoryColumnNotSelectedError,
     TrackHistoryWithScd1Error,
     TruncateWithScd2Error,
@@ -58,6 +60,7 @@ ColumnOrSql = str | Column
 # A hundred years: far beyond any sensible retention, far from date arithmetic overflow.
 MAX_RETENTION_DAYS = 36_500
 TRACK_HISTORY_LISTS = ("track_history_column_list", "track_history_except_column_list")
+GROUP_NAME = re.compile(r"[A-Za-z0-9_]+")
 IGNORE_NULL_LISTS = ("ignore_null_updates_column_list", "ignore_null_updates_except_column_list")
 
 
@@ -161,6 +164,17 @@ class FlowSpec(BaseModel):
         "columns_to_update and the ignore-null options; declare it on full-row flows into "
         "a target another flow updates partially (a pipeline does that for you).",
     )
+    sequence_groups: dict[str, list[str]] | None = Field(
+        default=None,
+        description="autocdc: the target's sequence groups, each a name and the value "
+        "columns it orders, every value column in one group; the same on every flow into "
+        "the target. With sequence_group: columns ordered by different clocks.",
+    )
+    sequence_group: str | None = Field(
+        default=None,
+        description="autocdc: the sequence group this flow feeds: its sequence_by is the "
+        "group's clock, its upserts set the group's columns only, its deletes wipe them.",
+    )
     track_history_column_list: list[str] | None = None
     track_history_except_column_list: list[str] | None = None
     tombstone_retention_days: float = Field(
@@ -233,7 +247,51 @@ class FlowSpec(BaseModel):
                 raise KeyNotSelectedError(columns=removed, field="except_column_list")
         self._check_track_history()
         self._check_partial()
+        self._check_groups()
         return self
+
+    def _check_groups(self) -> None:
+        """Sequence groups: a flow names its own group among the target's, whose columns
+        are disjoint value columns; type 1 only, no truncates, an explicit clock."""
+        groups, group = self.sequence_groups, self.sequence_group
+        if groups is None and group is None:
+            return
+        why = None
+        columns = [c for names in (groups or {}).values() for c in names]
+        if groups is None or group is None:
+            why = "`sequence_groups` and `sequence_group` go together"
+        elif not groups or any(not names for names in groups.values()):
+            why = "a group has no columns"
+        elif any(not GROUP_NAME.fullmatch(g) for g in groups):
+            why = f"group names {sorted(groups)} must be letters, digits and _"
+        elif group not in groups:
+            why = f"`sequence_group` {group!r} is none of the groups {sorted(groups)}"
+        elif len({c.lower() for c in columns}) < len(columns):
+            why = "a column is in two groups"
+        elif any(c in self.keys for c in columns):
+            why = "a key is in a group (keys are every group's)"
+        elif self.stored_as_scd_type == 2:
+            why = (
+                "SCD type 2 orders a key's versions, and nothing orders one group's changes "
+                "against another's"
+            )
+        elif self.apply_as_truncates is not None:
+            why = "`apply_as_truncates` is set (a truncate is not supported with groups)"
+        elif self.sequence_by is None:
+            why = "`sequence_by` is not set (it is the group's clock)"
+        elif isinstance(self.columns_to_update, list) and any(
+            c not in groups[group] for c in self.columns_to_update
+        ):
+            why = f"`columns_to_update` names columns outside group {group!r}"
+        if why is not None:
+            raise SequenceGroupsError(flow=self.flow_name, why=why)
+
+    @property
+    def group_columns(self) -> list[str] | None:
+        """The value columns of this flow's sequence group (None: no groups)."""
+        if self.sequence_groups is None or self.sequence_group is None:
+            return None
+        return list(self.sequence_groups[self.sequence_group])
 
     def _check_partial(self) -> None:
         """Columns an upsert may leave unset must be columns the target takes."""
@@ -289,6 +347,7 @@ class FlowSpec(BaseModel):
         """Whether an upsert of this flow may leave columns unset (a partial upsert)."""
         return (
             self.columns_to_update is not None
+            or self.sequence_group is not None
             or self.ignore_null_updates
             or any(getattr(self, f) is not None for f in IGNORE_NULL_LISTS)
         )
@@ -297,7 +356,7 @@ class FlowSpec(BaseModel):
     def partial(self) -> bool:
         """Whether the flow declares its target partial (its state records which columns
         each upsert set): see docs/semantics.md, partial upserts."""
-        return self.partial_target or self.sets_columns
+        return self.partial_target or self.sets_columns or self.sequence_groups is not None
 
     @property
     def columns_to_update_column(self) -> str | None:
@@ -396,6 +455,9 @@ class FlowSpec(BaseModel):
         else:
             excluded |= {*(self.except_column_list or []), *self.pseudo_columns}
             payload = [c for c in columns if c not in excluded]
+        own = self.group_columns
+        if own is not None:  # a flow sets its own group's columns, and takes no other
+            payload = [c for c in payload if c in self.keys or c in own]
         if self.track_history_column_list is not None:
             tracked = [c for c in payload if c in self.track_history_column_list]
         else:

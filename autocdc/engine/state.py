@@ -76,6 +76,8 @@ PROP_KEYS = "autocdc.keys"
 PROP_SEQUENCE = "autocdc.sequenceType"
 PROP_SCD_TYPE = "autocdc.scdType"
 PROP_PARTIAL = "autocdc.partial"
+PROP_GROUPS = "autocdc.sequenceGroups"  # JSON: each sequence group's value columns
+GROUPS_SEQUENCE = "groups"  # PROP_SEQUENCE of a target with sequence groups
 # Before partial upserts, ignore_null_updates alone made a target partial (same layout).
 PROP_IGNORE_NULL_UPDATES = "autocdc.ignoreNullUpdates"
 DEFINITION_FIELDS = {
@@ -89,6 +91,7 @@ DEFINITION_FIELDS = {
 # may not start with `__autocdc`, so no user column and no two working columns collide.
 COLUMN_SEQ_FAMILY = "s"
 SET_FAMILY = "set"
+GROUP_UPS_FAMILY, GROUP_DEL_FAMILY = "gups", "gdel"
 
 
 def derived(family: str, name: str) -> str:
@@ -99,6 +102,16 @@ def derived(family: str, name: str) -> str:
 def column_seq(name: str) -> str:
     """Per-column sequence (SCD type 1, partial target): when ``name`` was last set."""
     return derived(COLUMN_SEQ_FAMILY, name)
+
+
+def group_ups(group: str) -> str:
+    """Sequence group ``group``: its greatest upsert's sequence, in its own clock."""
+    return derived(GROUP_UPS_FAMILY, group)
+
+
+def group_del(group: str) -> str:
+    """Sequence group ``group``: its latest delete's sequence, in its own clock."""
+    return derived(GROUP_DEL_FAMILY, group)
 
 
 def set_flag(name: str) -> str:
@@ -135,6 +148,28 @@ class Layout:
     sequence: DataType
     partial: bool  # upserts may leave columns unset: the state records which they set
     log_values: bool = False  # SCD type 2: the state holds the change log, values included
+    # A target with sequence groups: the batch's group, each value column's group, and
+    # each group's clock type known so far (a group's columns and sequences are of it).
+    group: str | None = None
+    group_of: tuple[tuple[str, str], ...] = ()
+    group_types: tuple[tuple[str, DataType], ...] = ()
+
+    @property
+    def grouped(self) -> bool:
+        return self.group is not None
+
+    def group_layout(self) -> Layout:
+        """The batch's group alone: its columns, its clock (what the SCD1 fold runs on)."""
+        of = dict(self.group_of)
+        values = [f for f in self.values if of.get(f.name) == self.group]
+        names = {f.name for f in values}
+        return Layout(
+            keys=self.keys,
+            values=values,
+            tie_order=[n for n in self.tie_order if n in names],
+            sequence=self.sequence,
+            partial=True,
+        )
 
     @property
     def per_column_sequences(self) -> bool:
@@ -197,8 +232,18 @@ class Layout:
         fields += [StructField(f.name, f.dataType) for f in self.keys]
         if self.log_values:
             fields += [StructField(f.name, f.dataType) for f in self.values]
+        if self.grouped:  # one clock per group: the shared columns are unused
+            seq = LongType()
         fields += [StructField(UPS, seq), StructField(DEL, seq), StructField(FLOOR, seq)]
-        if self.per_column_sequences:
+        if self.grouped:
+            types, of = dict(self.group_types), dict(self.group_of)
+            for group, data_type in self.group_types:
+                fields += [
+                    StructField(group_ups(group), data_type),
+                    StructField(group_del(group), data_type),
+                ]
+            fields += [StructField(column_seq(v), types[of[v]]) for v in self.value_names]
+        elif self.per_column_sequences:
             fields += [StructField(column_seq(v), seq) for v in self.value_names]
         if self.logs_sets:
             fields.append(StructField(SETS, ArrayType(StringType())))

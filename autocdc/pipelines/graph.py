@@ -197,6 +197,7 @@ _SHARED = {
     "stored_as_scd_type": 1,
     "track_history_column_list": None,
     "track_history_except_column_list": None,
+    "sequence_groups": None,
 }
 
 
