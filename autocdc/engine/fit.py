@@ -111,17 +111,14 @@ def groups_text(spec: FlowSpec) -> str:
 def _check_groups(spec: FlowSpec, had: dict[str, str]) -> None:
     """Every flow into a target with sequence groups declares the same groups (and a
     target without them takes no flow that declares some)."""
-    stored, declared = had.get(st.PROP_GROUPS), definition_groups(spec)
+    stored = had.get(st.PROP_GROUPS)
+    declared = None if spec.sequence_groups is None else groups_text(spec)
     if stored != declared:
         why = (
             f"target `{spec.target}` was built with sequence groups {stored or 'none'}, "
             f"the flow declares {declared or 'none'}"
         )
         raise SequenceGroupsError(flow=spec.flow_name, why=why)
-
-
-def definition_groups(spec: FlowSpec) -> str | None:
-    return None if spec.sequence_groups is None else groups_text(spec)
 
 
 def _group_types(

@@ -12,6 +12,11 @@ The fold of docs/semantics.md, computed per key without replaying history:
   sequence the delete orders after the upsert);
 * a key is live when its upsert sequence is above its delete sequence.
 
+With sequence groups a batch (one flow's) is of one group: it is folded as above against
+that group's sequences only (:func:`group_view`: its columns, its clock), then put back
+beside the other groups' stored sequences (:func:`regroup`), the key live while any
+group is.
+
 The state keeps sequences, not values; a live key's values are the target's. So an upsert
 that ties the stored winner's sequence cannot be settled here: if its hash equals the
 stored winner's it is a duplicate, else it goes to the target MERGE flagged as a tie, and
@@ -355,7 +360,7 @@ def merge(
     return run
 
 
-def _group_live(layout: st.Layout, group: str) -> Column:
+def _group_live(group: str) -> Column:
     """Whether ``group``'s greatest upsert is above its latest delete."""
     ups, dele = col(st.group_ups(group)), col(st.group_del(group))
     return ups.isNotNull() & F.coalesce(ups > dele, F.lit(True))
@@ -372,7 +377,7 @@ def group_view(old_state: DataFrame, full: st.Layout) -> DataFrame:
         col(st.group_del(group)).alias(st.DEL),
         F.lit(None).cast(full.sequence).alias(st.FLOOR),
         col(st.HASH),
-        _group_live(full, group).alias(st.LIVE),
+        _group_live(group).alias(st.LIVE),
         *[col(st.column_seq(v)) for v in own.value_names],
     )
 
@@ -383,7 +388,7 @@ def regroup(touched: DataFrame, old_state: DataFrame, full: st.Layout) -> DataFr
     upsert above its latest delete), so the target's action is decided on that."""
     group, own = full.group, set(full.group_layout().value_names)
     others = [g for g, _ in full.group_types if g != group]
-    other_live = reduce(lambda a, b: a | b, [_group_live(full, g) for g in others], F.lit(False))
+    other_live = reduce(lambda a, b: a | b, [_group_live(g) for g in others], F.lit(False))
     kept = [c for g in others for c in (st.group_ups(g), st.group_del(g))]
     kept += [st.column_seq(v) for v in full.value_names if v not in own]
     rest = old_state.select(

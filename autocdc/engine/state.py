@@ -24,6 +24,12 @@ SCD type 2 keeps its change log in the same table (``__autocdc_kind = 'E'``, see
 a version without them; for a partial target each logged upsert also lists the columns
 it set (``__autocdc_sets``).
 
+A target with sequence groups (docs/semantics.md) keeps, per group, its greatest upsert
+and latest delete sequences (``__autocdc_gups__<group>``, ``__autocdc_gdel__<group>``,
+of the group's clock type, added when the group's first flow runs), and each column's
+sequence of its group's type; the shared ``__autocdc_ups``/``__autocdc_del`` are unused
+there, and ``__autocdc_live`` says whether any group is live.
+
 Whether a target is partial is part of its definition, fixed when its tables are
 created, whichever of its flows creates them: every flow into one target shares this
 table, so its layout cannot depend on the flow that happens to run first.
