@@ -11,7 +11,8 @@ instead runs an ``AutoCdcSnapshotFlow`` over a view of those rows (id, a, b: a s
 numbered by run), the crash point armed.
 
 ``{"two_flows": {"targets": {name: scd_type}, "first": batch, "A": batch, "B": batch}}``:
-two flows into each target (:func:`two_flows`: A full rows, B partial upserts); A's
+two flows into each target (:func:`two_flows`: A full rows, B partial upserts; with
+``"groups": true`` each its own sequence group); A's
 ``first`` batch is applied to every target, then every target's A and B batches run at
 once, each in a thread of its own session, with the crash point armed for all of them.
 """
@@ -36,8 +37,38 @@ SCHEMA = "id int, a string, b int, op string, seq long"
 PARTIAL_SCHEMA = "id int, b int, c string, kind string, n long, cols array<string>"
 
 
-def two_flows(target: str, scd_type: int) -> dict[str, autocdc.AutoCdcFlow]:
-    """Two producers into one target: A's full rows, B's partial upserts."""
+# Sequence groups: A orders (a, b) by `seq`, a bigint; B orders c by its `n` read as a
+# timestamp (another clock, of another type); B's b is not its group's, so not stored.
+GROUPS = {"a": ["a", "b"], "b": ["c"]}
+
+
+def two_flows(target: str, scd_type: int, groups: bool = False) -> dict[str, autocdc.AutoCdcFlow]:
+    """Two producers into one target: A's full rows, B's partial upserts (``groups``:
+    each its own sequence group, SCD type 1)."""
+    if groups:
+        return {
+            "A": autocdc.AutoCdcFlow(
+                target=target,
+                name=f"{target}_a",
+                keys=["id"],
+                sequence_by="seq",
+                apply_as_deletes="op = 'D'",
+                except_column_list=["op", "seq"],
+                sequence_groups=GROUPS,
+                sequence_group="a",
+            ),
+            "B": autocdc.AutoCdcFlow(
+                target=target,
+                name=f"{target}_b",
+                keys=["id"],
+                sequence_by="timestamp_seconds(n)",
+                apply_as_deletes="kind = 'D'",
+                except_column_list=["kind", "n"],
+                columns_to_update="cols",
+                sequence_groups=GROUPS,
+                sequence_group="b",
+            ),
+        }
     full = autocdc.AutoCdcFlow(
         target=target,
         name=f"{target}_a",
@@ -65,15 +96,16 @@ def run_two_flows(spark: SparkSession, plan: dict, crash_at: str | None) -> None
     """A's first batch into every target, then all A and B batches at once (armed)."""
     schemas = {"A": SCHEMA, "B": PARTIAL_SCHEMA}
     targets = {name: int(scd) for name, scd in plan["targets"].items()}
+    groups = bool(plan.get("groups"))
     for target, scd_type in targets.items():
-        two_flows(target, scd_type)["A"].apply(spark.createDataFrame(plan["first"], SCHEMA))
+        two_flows(target, scd_type, groups)["A"].apply(spark.createDataFrame(plan["first"], SCHEMA))
     if crash_at:
         os.environ[CRASH_ENV] = crash_at
 
     def run(target: str, scd_type: int, flow: str) -> None:
         session = spark.newSession()
         batch = session.createDataFrame([tuple(r) for r in plan[flow]], schemas[flow])
-        retry_lost(lambda: two_flows(target, scd_type)[flow].apply(batch))
+        retry_lost(lambda: two_flows(target, scd_type, groups)[flow].apply(batch))
 
     threads = [
         threading.Thread(target=run, args=(target, scd_type, flow))

@@ -24,7 +24,7 @@ from typing import Any
 import crash_worker
 import pytest
 from conftest import error_tail, explore
-from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
+from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd1_groups, fold_scd2
 
 from autocdc.engine.faults import CRASH_ENV
 
@@ -197,6 +197,37 @@ B_LATER = [
     (Change(2, 9, UPSERT, (None, None, "y9")), ["c"]),  # after A's reinsert at 8
     (Change(3, 4, DELETE), None),  # between A's upserts at 2 and 5: wipes B's b at 3
 ]
+
+
+@pytest.mark.slow
+def test_a_kill_with_sequence_groups_converges(spark, warehouse, new_table):
+    """As below, for one SCD1 target whose two flows are sequence groups on their own
+    clocks (A's bigint, B's timestamp): killed as the first of the concurrent batches
+    passes its target commit (B's batch is its group's first: the tables gain its
+    columns meanwhile), then both flows go on: the target equals the reference fold of
+    each group on its own clock."""
+    target = new_table("groups_latest")
+    plan = {
+        "targets": {target: 1},
+        "groups": True,
+        "first": rows(FIRST),
+        "A": rows(A_THEN),
+        "B": partial_rows(B_THEN),
+    }
+    code = run(warehouse, "-", {"two_flows": plan}, "after_target_commit")
+    assert code == -signal.SIGKILL
+
+    flows = crash_worker.two_flows(target, 1, groups=True)
+    flows["A"].apply(spark.createDataFrame(rows(A_THEN + A_LATER), crash_worker.SCHEMA))
+    batch = partial_rows(B_THEN + B_LATER)
+    flows["B"].apply(spark.createDataFrame(batch, crash_worker.PARTIAL_SCHEMA))
+    a = full_reference(FIRST + A_THEN + A_LATER)
+    b = [
+        Change(c.key, c.seq, c.op, c.values, (c.sets or frozenset()) & {2})
+        for c in partial_reference(B_THEN + B_LATER)
+    ]
+    want = fold_scd1_groups({"a": a, "b": b}, {"a": [0, 1], "b": [2]}, 3)
+    assert {r.id: (r.a, r.b, r.c) for r in spark.table(target).collect()} == want
 
 
 @pytest.mark.slow
