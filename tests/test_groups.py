@@ -146,6 +146,15 @@ def test_bad_group_declarations_are_refused(spark, new_table):
             sequence_groups={"a": ["v", "w"], "b": ["w"]},
             sequence_group="a",
         )
+    with pytest.raises(SequenceGroupsError):
+        shop_flow("x", columns_to_update=["status", "carrier"])  # carrier: the warehouse's
+    with pytest.raises(SequenceGroupsError):
+        shop_flow("x", sequence_groups={"shop": ["order_id", "status"], "w": ["carrier"]})
+    with pytest.raises(SequenceGroupsError):
+        shop_flow("x", sequence_by=None)
+    with pytest.raises(SequenceGroupsError):
+        shop_flow("x", sequence_groups={"shop": [], "warehouse": ["carrier"]})
+    assert shop_flow("x").partial and shop_flow("x", columns_to_update=["status"]).partial
     target = new_table("groups_refused")
     shop_flow(target).apply(spark.createDataFrame([(1, "paid", 3, "U", t(9))], SHOP))
     # A flow into the target that declares other groups, or none.
