@@ -452,3 +452,15 @@ def test_partial_upsert_clauses(clauses: str, expected: tuple) -> None:
 def test_columns_to_update_given_twice() -> None:
     err = error("AUTO CDC INTO t FROM s KEYS (id) COLUMNS TO UPDATE a COLUMNS TO UPDATE b")
     assert "COLUMNS TO UPDATE" in err.params["problem"]
+
+
+def test_sequence_group_clause() -> None:
+    """SEQUENCE GROUP g IN (g (a, b), h (c)): the flow's group among the target's."""
+    flow = cdc("SEQUENCE BY ts SEQUENCE GROUP w IN (shop (a, `b c`), w (d)) COLUMNS * EXCEPT (op)")
+    assert (flow.sequence_group, flow.sequence_groups) == ("w", {"shop": ["a", "b c"], "w": ["d"]})
+    assert (flow.sequence_by, flow.except_column_list) == ("ts", ["op"])
+    assert cdc("SEQUENCE GROUP g IN (g (a)) SEQUENCE BY group").sequence_by == "group"
+    assert cdc("SEQUENCE BY ts").sequence_groups is None
+    twice = "SEQUENCE GROUP a IN (a (x))"
+    err = error(f"AUTO CDC INTO t FROM s KEYS (id) {twice} {twice}")
+    assert "SEQUENCE GROUP" in err.params["problem"]

@@ -562,20 +562,24 @@ dp.create_auto_cdc_flow(
     apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
     sequence_groups=GROUPS, sequence_group="shop",
 )
-dp.create_auto_cdc_flow(
-    target="orders", source="warehouse", name="orders_warehouse", keys=["id"],
-    sequence_by="ts", apply_as_deletes="kind = 'D'", except_column_list=["kind", "ts"],
-    sequence_groups=GROUPS, sequence_group="warehouse",
-)
+"""
+GROUPED_SQL = """
+CREATE FLOW orders_warehouse AS AUTO CDC INTO orders
+FROM STREAM(warehouse)
+KEYS (id)
+APPLY AS DELETE WHEN kind = 'D'
+SEQUENCE BY ts
+SEQUENCE GROUP warehouse IN (shop (a), warehouse (b))
+COLUMNS * EXCEPT (kind, ts);
 """
 
 
 def test_sequence_groups_in_a_pipeline(spark, tmp_path, database):
     """Two producers on their own clocks (a bigint, a timestamp) feed one streaming
-    table, each its own sequence group; a delete from the shop leaves the warehouse's
-    column (docs/semantics.md, sequence groups); a flow declaring other groups is
-    refused before anything runs."""
-    spec = write_project(tmp_path, database, {"flows.py": GROUPED})
+    table, each its own sequence group (the shop's flow in Python, the warehouse's in
+    SQL); a delete from the shop leaves the warehouse's column (docs/semantics.md,
+    sequence groups); a flow declaring other groups is refused before anything runs."""
+    spec = write_project(tmp_path, database, {"flows.py": GROUPED, "warehouse.sql": GROUPED_SQL})
     shop = [
         {"id": 1, "a": "paid", "op": "U", "seq": 10},
         {"id": 1, "op": "D", "seq": 11},

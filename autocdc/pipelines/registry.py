@@ -132,6 +132,8 @@ _CDC_OPTIONS = (
     "ignore_null_updates_column_list",
     "ignore_null_updates_except_column_list",
     "columns_to_update",
+    "sequence_group",
+    "sequence_groups",
 )
 
 

@@ -59,12 +59,15 @@ source: STREAM "(" name ")" | STREAM? name
 snapshot: "SNAPSHOT"i name
 keys: "KEYS"i "(" _columns ")"
 _cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
-    | columns | stored_as_scd_type | track_history | columns_to_update
+    | columns | stored_as_scd_type | track_history | columns_to_update | sequence_group
 _snapshot_clause: stored_as_scd_type | track_history
 ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i ("ON"i _selection)?
 apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
 apply_as_truncates: "APPLY"i "AS"i "TRUNCATE"i "WHEN"i expr
 sequence_by: "SEQUENCE"i "BY"i expr
+// the flow's sequence group, IN the target's groups: each a name and its columns
+sequence_group: "SEQUENCE"i "GROUP"i column "IN"i "(" group_def ("," group_def)* ")"
+group_def: column "(" _columns ")"
 columns: "COLUMNS"i _selection
 // a column of the feed listing, per row, the columns it sets; or (a, b): those columns
 columns_to_update: "COLUMNS"i "TO"i "UPDATE"i (column | "(" column_list ")")
@@ -172,6 +175,8 @@ class AutoCdcStatement:
     columns_to_update: list[str] | str | None = None  # COLUMNS TO UPDATE col | (a, b)
     ignore_null_updates_column_list: list[str] | None = None  # IGNORE NULL UPDATES ON a, b
     ignore_null_updates_except_column_list: list[str] | None = None  # ... ON * EXCEPT (a)
+    sequence_group: str | None = None  # SEQUENCE GROUP g IN (g (a, b), h (c))
+    sequence_groups: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,7 @@ _CLAUSE_WORDS = {
     "columns_to_update": "COLUMNS TO UPDATE",
     "stored_as_scd_type": "STORED AS",
     "track_history": "TRACK HISTORY ON",
+    "sequence_group": "SEQUENCE GROUP",
 }
 _PLAIN_NAME = re.compile(r"[^\W\d]\w*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
@@ -365,6 +371,7 @@ class _Builder(Transformer):
         track, except_track = (c.get("track_history") or [(None, None)])[0]
         ignoring, except_ignoring = (c.get("ignore_null_updates") or [(None, None)])[0]
         (to_update,) = c.get("columns_to_update", [None])
+        group, groups = c.get("sequence_group") or (None, None)
         once = "once" in c
         return AutoCdcStatement(
             name=names[0],
@@ -386,6 +393,8 @@ class _Builder(Transformer):
             columns_to_update=to_update[0] if isinstance(to_update, tuple) else to_update,
             ignore_null_updates_column_list=ignoring,
             ignore_null_updates_except_column_list=except_ignoring,
+            sequence_group=group,
+            sequence_groups=groups,
         )
 
     def snapshot_flow(self, meta: Meta, children: list[Any]) -> AutoCdcSnapshotStatement:
@@ -416,6 +425,13 @@ class _Builder(Transformer):
 
     def column(self, meta: Meta, tokens: list[Token]) -> str:
         return _ident(tokens[0])
+
+    def sequence_group(self, meta: Meta, children: list[Any]) -> _Clause:
+        own, *groups = children
+        return _Clause("sequence_group", [own, dict(groups)], meta)
+
+    def group_def(self, meta: Meta, children: list[str]) -> tuple[str, list[str]]:
+        return children[0], children[1:]
 
     def column_list(self, meta: Meta, columns: list[str]) -> tuple[list[str] | None, ...]:
         return columns, None
