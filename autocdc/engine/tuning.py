@@ -14,7 +14,7 @@ projections have a corner the tests found (``spark.catalog.listTables`` fails wi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -22,13 +22,12 @@ SETTINGS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 @contextmanager
-def engine_settings(spark: SparkSession) -> Iterator[None]:
-    """``SETTINGS`` while the block runs, the session's own values restored after.
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` while the block runs, the session's own values restored after.
 
-    Session-wide while it runs: another thread's query at that moment runs interpreted
-    too, which changes its speed, not its result."""
-    before = {key: spark.conf.get(key, None) for key in SETTINGS}
-    for key, value in SETTINGS.items():
+    Session-wide while it runs: another thread's query at that moment sees them too."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
         spark.conf.set(key, value)
     try:
         yield
@@ -38,3 +37,9 @@ def engine_settings(spark: SparkSession) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+def engine_settings(spark: SparkSession) -> AbstractContextManager[None]:
+    """``SETTINGS`` while the engine's block runs (another thread's query at that moment
+    runs interpreted too, which changes its speed, not its result)."""
+    return session_conf(spark, SETTINGS)

@@ -22,11 +22,10 @@ and the engine absorbs the repeated changes.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from autocdc import AutoCdcError, AutoCdcFlow
 from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.snapshot import NextSnapshot
+from autocdc.engine.tuning import session_conf
 from autocdc.pipelines import extraction, interrupt, lock
 from autocdc.pipelines import graph as g
 from autocdc.pipelines import position as pos
@@ -84,22 +84,6 @@ def _once(snapshot: DataFrame) -> NextSnapshot:
 
 def say(message: str) -> None:
     print(f"autocdc: {message}", flush=True)
-
-
-@contextlib.contextmanager
-def _conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """A flow's own ``spark_conf`` while its query is built and started."""
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 class Runner:
@@ -153,7 +137,7 @@ class Runner:
             if dataset.kind == "temporary_view":
                 for flow in self.graph.flows[dataset.name]:
                     assert isinstance(flow, QueryFlow)
-                    with _conf(self.spark, flow.spark_conf):
+                    with session_conf(self.spark, flow.spark_conf):
                         flow.query().createOrReplaceTempView(dataset.name)
             elif dataset.name in selected:
                 self._update(dataset, options)
@@ -195,7 +179,7 @@ class Runner:
         target = self.qualify(dataset.name)
         (flow,) = self.graph.flows[dataset.name]
         assert isinstance(flow, QueryFlow)
-        with _conf(self.spark, flow.spark_conf):
+        with session_conf(self.spark, flow.spark_conf):
             df = flow.query()
             df.write.format("delta").mode("overwrite").option(
                 "overwriteSchema", "true"
@@ -287,7 +271,7 @@ class Runner:
         if isinstance(flow, CdcFlow) and flow.once and ran.is_file():
             say(f"flow {flow.name}: ran once already (a full refresh of {target} runs it again)")
             return None
-        with _conf(self.spark, getattr(flow, "spark_conf", {})):
+        with session_conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
             self._started(flow.name, target, df)
             moved = pos.elsewhere(self.sources[flow.name], checkpoint)
