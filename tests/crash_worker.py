@@ -45,51 +45,23 @@ GROUPS = {"a": ["a", "b"], "b": ["c"]}
 def two_flows(target: str, scd_type: int, groups: bool = False) -> dict[str, autocdc.AutoCdcFlow]:
     """Two producers into one target: A's full rows, B's partial upserts (``groups``:
     each its own sequence group, SCD type 1)."""
+    a = {"sequence_by": "seq", "apply_as_deletes": "op = 'D'", "except_column_list": ["op", "seq"]}
+    b = {
+        "sequence_by": "timestamp_seconds(n)" if groups else "n",
+        "apply_as_deletes": "kind = 'D'",
+        "except_column_list": ["kind", "n"],
+        "columns_to_update": "cols",
+    }
     if groups:
-        return {
-            "A": autocdc.AutoCdcFlow(
-                target=target,
-                name=f"{target}_a",
-                keys=["id"],
-                sequence_by="seq",
-                apply_as_deletes="op = 'D'",
-                except_column_list=["op", "seq"],
-                sequence_groups=GROUPS,
-                sequence_group="a",
-            ),
-            "B": autocdc.AutoCdcFlow(
-                target=target,
-                name=f"{target}_b",
-                keys=["id"],
-                sequence_by="timestamp_seconds(n)",
-                apply_as_deletes="kind = 'D'",
-                except_column_list=["kind", "n"],
-                columns_to_update="cols",
-                sequence_groups=GROUPS,
-                sequence_group="b",
-            ),
-        }
-    full = autocdc.AutoCdcFlow(
-        target=target,
-        name=f"{target}_a",
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-        partial_target=True,
-    )
-    partial = autocdc.AutoCdcFlow(
-        target=target,
-        name=f"{target}_b",
-        keys=["id"],
-        sequence_by="n",
-        apply_as_deletes="kind = 'D'",
-        except_column_list=["kind", "n"],
-        columns_to_update="cols",
-        stored_as_scd_type=scd_type,
-    )
-    return {"A": full, "B": partial}
+        a |= {"sequence_groups": GROUPS, "sequence_group": "a"}
+        b |= {"sequence_groups": GROUPS, "sequence_group": "b"}
+    else:
+        a |= {"stored_as_scd_type": scd_type, "partial_target": True}
+        b |= {"stored_as_scd_type": scd_type}
+    return {
+        flow: autocdc.AutoCdcFlow(target=target, name=f"{target}_{flow.lower()}", keys=["id"], **kw)
+        for flow, kw in (("A", a), ("B", b))
+    }
 
 
 def run_two_flows(spark: SparkSession, plan: dict, crash_at: str | None) -> None:
