@@ -22,6 +22,7 @@ and the engine absorbs the repeated changes.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import time
@@ -32,10 +33,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from autocdc import AutoCdcError, AutoCdcFlow
+from autocdc import AutoCdcError, AutoCdcFlow, AutoCdcSnapshotFlow
 from autocdc.engine.errors import raised_in_worker
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.snapshot import NextSnapshot
 from autocdc.engine.tuning import session_conf
 from autocdc.pipelines import extraction, interrupt, lock
 from autocdc.pipelines import graph as g
@@ -68,18 +68,6 @@ class Options:
 def qualifier(database: str | None) -> Callable[[str], str]:
     """Dataset name -> table name: unqualified names live in the spec's database."""
     return lambda name: f"{database}.{name}" if database and "." not in name else name
-
-
-def _once(snapshot: DataFrame) -> NextSnapshot:
-    """``snapshot`` as a ``next_snapshot`` function: one version past the last processed,
-    then nothing (a snapshot numbered by run, as a table that is not Delta's)."""
-
-    pending = [snapshot]
-
-    def next_snapshot(last: int | None) -> tuple[DataFrame, int] | None:
-        return (pending.pop(), (last or 0) + 1) if pending else None
-
-    return next_snapshot
 
 
 def say(message: str) -> None:
@@ -257,8 +245,24 @@ class Runner:
         else:  # a STATELESS extraction: this run's read is the next snapshot
             step = self._step(flow.name, flow.extraction, dataset.name)
             chosen = resolve_options(options.extract, None, flow.extraction.options)
-            step.run(self.spark, chosen, lambda df: engine.run(self.spark, _once(df), applied))
+            step.run(self.spark, chosen, lambda df: self._snapshot_view(engine, df, applied))
         self._stopped(flow.name, target)
+
+    def _snapshot_view(
+        self,
+        engine: AutoCdcSnapshotFlow,
+        snapshot: DataFrame,
+        applied: Callable[[int, BatchMetrics], None],
+    ) -> None:
+        """Apply an extraction's read as the next snapshot of a view, so it is numbered by
+        run as any view is (:mod:`autocdc.engine.snapshot`: a number a killed attempt
+        used is not given to other rows)."""
+        view = "__autocdc_snapshot_" + re.sub(r"\W", "_", engine.flow_name)
+        snapshot.createOrReplaceTempView(view)
+        try:
+            engine.run(self.spark, view, applied)
+        finally:
+            self.spark.catalog.dropTempView(view)
 
     def _start(
         self, flow: Flow, dataset: Dataset, target: str, options: Options
