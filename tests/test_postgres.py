@@ -17,6 +17,7 @@ from decimal import Decimal
 import pytest
 from chispa import assert_df_equality
 from pgserver import Server
+from pyspark.sql import functions as F
 
 import autocdc
 from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
@@ -27,7 +28,7 @@ from autocdc.sources.errors import (
     UnknownKeyColumnError,
 )
 from autocdc.sources.pgchanges import CHANGES_SCHEMA
-from autocdc.sources.postgres import Config, PostgresStreamReader, postgres_table
+from autocdc.sources.postgres import RESTARTED, Config, PostgresStreamReader, postgres_table
 
 ITEMS = "id BIGINT, sku STRING, quantity INT, price DECIMAL(10,2)"
 
@@ -102,19 +103,22 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     reader = _reader(pg, "load", items)
     start = reader.initialOffset()
     end = reader.latestOffset(start, None)  # the slot exists from here
-    # Written after the slot, before the load reads the table: whether the read sees them
-    # or not, those keys must come from the log (and only from it).
+    # Written after the slot, before the load reads the table: the load reads the table
+    # as it was when the slot was created (the snapshot it exported), those writes come
+    # from the log, after it.
     pg.execute(f"UPDATE {items} SET quantity = 100 WHERE id = 1")
     pg.execute(f"DELETE FROM {items} WHERE id = 2")
     pg.execute(f"INSERT INTO {items} VALUES (7, 'sku-7', 7, 8.75)")
     snapshot = [row for part in reader.partitions(start, end) for row in reader.read(part)]
-    assert sorted(json.loads(r[3])["id"] for r in snapshot) == [3, 4, 5, 6]
-    (sequence,) = {r[2] for r in snapshot}  # the watermark's, after every write above
+    assert sorted(json.loads(r[3])["id"] for r in snapshot) == [1, 2, 3, 4, 5, 6]
+    (sequence,) = {r[2] for r in snapshot}
+    assert sequence == f"{end['exported']['lsn']}/0"  # the slot's consistent point
     assert "load" not in end  # one batch loaded the whole table
     reader.commit(end)
     caught_up, end = _batch(reader, end)
     assert sorted(json.loads(r[3])["id"] for r in caught_up) == [1, 2, 7]
-    assert all(_seq(r[2]) < _seq(sequence) for r in caught_up)
+    assert all(_seq(r[2]) > _seq(sequence) for r in caught_up)
+    assert "exported" not in end and "watermarked" not in end  # let go once loaded
     reader.commit(end)
     snapshot += caught_up
 
@@ -139,6 +143,11 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     assert [str(r.price) for r in history] == ["5.00", "9.99", "10.99"]
     gone = spark.table(scd2.target).where("id IN (2, 3) AND __END_AT IS NULL").count()
     assert gone == 0
+    # Every row that existed when capture began has its version from there.
+    first = spark.table(scd2.target).groupBy("id").agg(F.min("__START_AT").alias("s"))
+    assert {r.id for r in first.collect() if _at(r.s) == _seq(sequence)} == {1, 2, 3, 4, 5, 6}
+    key_1 = spark.table(scd2.target).where("id = 1").orderBy("__START_AT").collect()
+    assert [r.quantity for r in key_1] == [1, 100]
     reader.stop()
 
 
@@ -181,6 +190,11 @@ def test_truncate_and_bad_changes(spark, pg, new_table):
 
 def _seq(sequence: str) -> tuple[int, ...]:
     return tuple(int(part, 16) for part in sequence.split("/"))
+
+
+def _at(struct) -> tuple[int, ...]:
+    """A ``__START_AT`` of a change-row flow (hex sections, -1 where none) as :func:`_seq`."""
+    return tuple(int(v) for v in struct if v != -1)
 
 
 def test_an_initial_load_resumes_where_it_stopped(spark, pg, new_table):
@@ -230,6 +244,102 @@ def test_an_initial_load_resumes_where_it_stopped(spark, pg, new_table):
     assert versions(13) == [("s13", 100)]  # updated before its range was read
     # Changed after the slot, before its range was read: its history starts at the change.
     assert versions(5) == [("x", 5)]
+    reader.stop()
+
+
+ACCT = "id BIGINT, v STRING"
+
+
+def _history(spark, flow: autocdc.AutoCdcFlow) -> dict[int, list[tuple[str, tuple, bool]]]:
+    """Each key's versions in order: value, start (as :func:`_seq`), still current."""
+    found: dict[int, list[tuple[str, tuple, bool]]] = {}
+    for r in spark.table(flow.target).orderBy("id", "__START_AT").collect():
+        found.setdefault(r.id, []).append((r.v, _at(r["__START_AT"]), r["__END_AT"] is None))
+    return found
+
+
+def _drain(spark, reader, start: dict, flows, table: str) -> dict:
+    """Micro-batches, each applied and committed, until one finds nothing new."""
+    while True:
+        rows, end = _batch(reader, start)
+        for flow in flows:
+            _apply(spark, flow, rows, table, ACCT)
+        reader.commit(end)
+        if end == start:
+            return end
+        start = end
+
+
+def test_the_history_begins_with_every_row_as_it_was_when_capture_began(spark, pg, new_table):
+    """Issue 31's reproduction, a range per row: key 1 changed after the slot's creation,
+    before the load read it; key 3 deleted then, before its range was read. Read in the
+    snapshot the slot exported, every row starts at the slot's point, and every change
+    after it is one version."""
+    pg.execute("CREATE TABLE acct (id bigint PRIMARY KEY, v text)")
+    pg.execute("INSERT INTO acct VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    reader = _reader(pg, "acct", "acct", load_batch_rows="1")
+    scd2 = autocdc.AutoCdcFlow(target=new_table("acct"), keys=["id"], stored_as_scd_type=2)
+    start = reader.initialOffset()
+    rows, end = _batch(reader, start)  # created the slot, read key 1 as it was then
+    point = _seq(f"{end['exported']['lsn']}/0")
+    pg.execute("UPDATE acct SET v = 'a2' WHERE id = 1")
+    pg.execute("DELETE FROM acct WHERE id = 3")
+    _apply(spark, scd2, rows, "acct", ACCT)
+    reader.commit(end)
+    end = _drain(spark, reader, end, [scd2], "acct")
+    pg.execute("UPDATE acct SET v = 'b2' WHERE id = 2")
+    _drain(spark, reader, end, [scd2], "acct")
+    history = _history(spark, scd2)
+    assert [(v, at == point, live) for v, at, live in history[1]] == [
+        ("a", True, False),
+        ("a2", False, True),
+    ]
+    assert [(v, at == point, live) for v, at, live in history[2]] == [
+        ("b", True, False),
+        ("b2", False, True),
+    ]
+    assert [(v, at == point, live) for v, at, live in history[3]] == [("c", True, False)]
+    reader.stop()
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["key-identity", "replica-identity-full"])
+def test_a_load_resumed_after_a_kill_falls_back_to_watermarks(spark, pg, new_table, full):
+    """The process that held the exported snapshot dies after the first range: the rest
+    loads by watermarks and the offsets say so. With ``REPLICA IDENTITY FULL`` a key
+    updated or deleted before its range was read keeps the row it held before (from
+    where the slot stood); without, its history starts at its change (a deleted key has
+    none). SCD type 1 mirrors the table either way."""
+    table = f"acct_{'full' if full else 'key'}"
+    pg.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)")
+    if full:
+        pg.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    pg.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 6) g")
+    reader = _reader(pg, table, table, load_batch_rows="2")
+    scd1 = autocdc.AutoCdcFlow(target=new_table("mirror"), keys=["id"])
+    scd2 = autocdc.AutoCdcFlow(target=new_table("history"), keys=["id"], stored_as_scd_type=2)
+    rows, end = _batch(reader, reader.initialOffset())  # keys 1 and 2, in the snapshot
+    point = _seq(f"{end['exported']['lsn']}/0")
+    for flow in (scd1, scd2):
+        _apply(spark, flow, rows, table, ACCT)
+    reader.commit(end)
+    reader.stop()  # killed: the snapshot is gone with its connection
+    pg.execute(f"UPDATE {table} SET v = 'v5b' WHERE id = 5; DELETE FROM {table} WHERE id = 6")
+    pg.execute(f"UPDATE {table} SET v = 'v1b' WHERE id = 1")
+    reader = _reader(pg, table, table, load_batch_rows="2")
+    offset = _drain(spark, reader, end, [scd1, scd2], table)
+    assert offset["watermarked"] == {f"public.{table}": RESTARTED}
+    assert "exported" not in offset
+    rows = pg.query(f"SELECT id, v FROM {table}")
+    assert_df_equality(
+        spark.table(scd1.target), spark.createDataFrame(rows, ACCT), ignore_row_order=True
+    )
+    starts = _history(spark, scd2)
+    history = {k: [(v, live) for v, _, live in h] for k, h in starts.items()}
+    assert history[1] == [("v1", False), ("v1b", True)]
+    assert starts[1][0][1] == point  # read in the snapshot
+    assert history[5] == ([("v5", False)] if full else []) + [("v5b", True)]
+    assert history.get(6, []) == ([("v6", False)] if full else [])
+    assert all(starts[k][0][1] > point for k in (3, 4))  # by watermarks: from their read on
     reader.stop()
 
 

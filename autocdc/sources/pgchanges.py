@@ -8,14 +8,15 @@ own table with its own schema (:func:`autocdc.sources.postgres.postgres_table`).
 
 The sequence is ``<commit LSN>/<position in the transaction>`` in hex sections: ordered
 section by section as numbers it is exactly the order PostgreSQL committed the changes
-in. A row of the initial load gets ``<high watermark>/0``: after every change its read
-saw, before every change it could not see (see ``postgres``).
+in. A row of the initial load gets ``<slot's consistent point>/0`` (read in the snapshot
+the slot exported) or ``<high watermark>/0``: after every change its read saw, before
+every change it could not see (see ``postgres``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from autocdc.engine.change_rows import DELETE, TRUNCATE, UPSERT
@@ -110,6 +111,11 @@ def snapshot_row(
     payload, raw = row_payload(names, values, oids)
     if payload is None:
         return (table, None, None, None, lsn, None, raw)
+    return load_row(table, sequence, lsn, payload)
+
+
+def load_row(table: str, sequence: str, lsn: str, payload: str) -> ChangeRow:
+    """An upsert the initial load vouches for: a row the table held at ``sequence``."""
     return (table, UPSERT, sequence, payload, lsn, None, None)
 
 
@@ -144,7 +150,9 @@ class ChangeDecoder:
     which can be before ``start`` if a crash came between a batch and its commit).
     ``watched``: tables whose keys every decoded transaction touched are noted in
     :attr:`touched` (and truncates in :attr:`truncated`), inside the range or not: what an
-    initial-load read must not vouch for.
+    initial-load read by watermarks must not vouch for. Each touched key maps to the row it
+    held before its first change here, when the log sent it (an update or delete of a
+    table with ``REPLICA IDENTITY FULL``), else None: the state the read would have given.
     """
 
     def __init__(
@@ -152,12 +160,12 @@ class ChangeDecoder:
         keys: Mapping[str, Sequence[str]],
         start: int,
         end: int,
-        watched: frozenset[str] = frozenset(),
+        watched: Set[str] = frozenset(),
     ) -> None:
         self.keys = keys
         self.start, self.end = start, end
         self.watched = watched
-        self.touched: dict[str, set[tuple]] = {table: set() for table in watched}
+        self.touched: dict[str, dict[tuple, str | None]] = {table: {} for table in watched}
         self.truncated: set[str] = set()
         self.relations: dict[int, pg.Relation] = {}
         self.begin: pg.Begin | None = None
@@ -178,12 +186,12 @@ class ChangeDecoder:
         elif message is not None and self.begin is not None:
             wanted = self.start <= self.begin.commit_lsn < self.end
             if wanted or self.watched:
-                for row in self._changes(message, lsn, data):
-                    self._note(row)
+                for row, before in self._changes(message, lsn, data):
+                    self._note(row, before)
                     if wanted:
                         yield row
 
-    def _note(self, row: ChangeRow) -> None:
+    def _note(self, row: ChangeRow, before: str | None) -> None:
         table = row[0]
         if table not in self.watched:
             return
@@ -191,42 +199,50 @@ class ChangeDecoder:
             self.truncated.add(table)
         key = key_of(row, self.keys[table])
         if key is not None:
-            self.touched[table].add(key)
+            self.touched[table].setdefault(key, before)
 
     def _sequence(self) -> str:
         assert self.begin is not None
         self.position += 1
         return f"{pg.format_lsn(self.begin.commit_lsn)}/{self.position:X}"
 
-    def _changes(self, message: pg.Message, lsn: str, data: bytes) -> Iterator[ChangeRow]:
+    def _changes(
+        self, message: pg.Message, lsn: str, data: bytes
+    ) -> Iterator[tuple[ChangeRow, str | None]]:
+        """Each change row with the row its key held before it (see :meth:`_rows`)."""
         if isinstance(message, pg.Truncate):
             sequence = self._sequence()
             for oid in message.relations:
                 relation = self.relations.get(oid)
                 if relation is not None and relation.qualified in self.keys:
-                    yield self._row(relation.qualified, TRUNCATE, sequence, "{}", lsn)
+                    yield self._row(relation.qualified, TRUNCATE, sequence, "{}", lsn), None
             return
         relation = self.relations.get(message.relation)
         if relation is None:
-            yield self._unreadable(None, lsn, "change before its relation message", data)
+            yield self._unreadable(None, lsn, "change before its relation message", data), None
             return
         if relation.qualified not in self.keys:
             return
         try:
             rows = list(self._rows(relation, message))
         except Unreadable as bad:
-            yield self._unreadable(relation.qualified, lsn, bad.reason, data)
+            yield self._unreadable(relation.qualified, lsn, bad.reason, data), None
             return
         sequence = self._sequence()
-        for op, payload in rows:
-            yield self._row(relation.qualified, op, sequence, payload, lsn)
+        for op, payload, before in rows:
+            yield self._row(relation.qualified, op, sequence, payload, lsn), before
 
-    def _rows(self, relation: pg.Relation, message: pg.Message) -> Iterator[tuple[str, str]]:
+    def _rows(
+        self, relation: pg.Relation, message: pg.Message
+    ) -> Iterator[tuple[str, str, str | None]]:
+        """The change's (operation, payload, row before): the key's whole row before the
+        change when the log sent it (``REPLICA IDENTITY FULL``), else None."""
         names = [c.name for c in relation.columns]
         oids = [c.type_oid for c in relation.columns]
         keys = list(self.keys[relation.qualified])
+        old_row = _whole_row(relation, message)
         if isinstance(message, pg.Delete):
-            yield DELETE, self._key_object(relation, message.old, keys, "a delete")
+            yield DELETE, self._key_object(relation, message.old, keys, "a delete"), old_row
             return
         assert isinstance(message, pg.Insert | pg.Update)
         new = list(message.new)
@@ -243,8 +259,9 @@ class ChangeDecoder:
         if old is not None:
             old_key = self._key_object(relation, old, keys, "an update's old row")
             if old_key != self._key_object(relation, tuple(new), keys, "an update"):
-                yield DELETE, old_key  # the key changed: the old row is gone
-        yield UPSERT, json_object(names, new, oids)
+                yield DELETE, old_key, old_row  # the key changed: the old row is gone
+                old_row = None  # the new key held nothing before
+        yield UPSERT, json_object(names, new, oids), old_row
 
     @staticmethod
     def _key_object(relation: pg.Relation, values: pg.Values, keys: list[str], what: str) -> str:
@@ -267,3 +284,16 @@ class ChangeDecoder:
         raw = json.dumps({"reason": reason, "lsn": lsn, "message": bytes(data).hex()})
         xid = self.begin.xid if self.begin is not None else None
         return (table, None, None, None, lsn, xid, raw)
+
+
+def _whole_row(relation: pg.Relation, message: pg.Message) -> str | None:
+    """The old row of an update or delete as a payload, when the log sent all of it: a
+    table with ``REPLICA IDENTITY FULL`` (else only the key, or nothing, is sent)."""
+    old = getattr(message, "old", None)
+    if relation.replica_identity != "f" or old is None or pg.UNCHANGED_TOAST in old:
+        return None
+    names = [c.name for c in relation.columns]
+    try:
+        return json_object(names, old, [c.type_oid for c in relation.columns])
+    except Unreadable:
+        return None

@@ -12,23 +12,29 @@ from then on every batch peeks the changes of the transactions that committed in
 ``[start, end)`` without consuming them, and :meth:`commit`, called by Spark only after the
 batch is written, advances the slot. A crash therefore replays a batch, never loses one.
 
-The initial load is a chunked backfill interleaved with the log (as Netflix's DBLog and
-Debezium's incremental snapshots): each batch also reads the next key range of a table,
-then writes a watermark to the log (a flushed logical message) and peeks up to it. A key the
-log touched between where the slot stands and the watermark is dropped from the read: the
-log carries its value. The other rows are upserts at the watermark's sequence, which is
-after every change the read saw and before every change it did not. So a restart, at any
-point, only re-reads a range: no exported snapshot to lose, no full refresh, nothing
-applied twice. One streaming query reads one slot: to feed several targets, append the
-changes to a table and have each flow read its own table's rows from it
-(:func:`postgres_table`).
+The initial load is chunked and interleaved with the log: each batch also reads the next
+key range of a table. While the process that created the slot lives, every range is read
+inside the snapshot the slot exported (its replication connection is kept open and idle
+for that): each row is an upsert at the slot's consistent point (``<point>/0``), before
+every change the slot decodes, so an SCD type 2 history begins with every row as it was
+when capture began. A restarted process has no such snapshot: the ranges still to load
+fall back to watermarks (as Netflix's DBLog and Debezium's incremental snapshots): read
+the range, write a watermark to the log (a flushed logical message), peek up to it; a key
+the log touched in between is dropped from the read (the log carries its value) but keeps,
+where the log sent it (``REPLICA IDENTITY FULL``), the row it held before, and the other
+rows are upserts at the watermark. Either way a restart only re-reads a range: nothing is
+lost or applied twice, no full refresh; the offsets name the tables that fell back
+(``watermarked``), which the event log and ``autocdc status`` show. One streaming query
+reads one slot: to feed several targets, append the changes to a table and have each flow
+read its own table's rows from it (:func:`postgres_table`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -47,6 +53,7 @@ from autocdc.sources.errors import (
     WalLevelError,
 )
 
+log = logging.getLogger("autocdc")
 NAME = "postgres_cdc"
 START = {"lsn": "0/0"}  # before the initial load
 _PEEK = (
@@ -54,6 +61,16 @@ _PEEK = (
     "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)"
 )
 _COMMIT_ATTEMPTS = 10
+# Why a table's initial load went by watermarks (the offsets' `watermarked`).
+RESTARTED = (
+    "the process that created the slot stopped before the table was loaded: the snapshot "
+    "it exported is gone"
+)
+ADDED = "the table was added to the capture after the slot was created"
+REFUSED = (
+    "the server refused a replication connection (pg_hba.conf has no `replication` line for "
+    "this user), so the slot exported no snapshot"
+)
 LOAD_BATCH_ROWS = 100_000  # held in memory by the batch's reader until its watermark
 # The settings that shape a value's text, fixed for every connection (the snapshot's
 # ::text and the log's values are rendered by the reading session): whatever the server's
@@ -204,11 +221,22 @@ Range = tuple[str, tuple[str, ...] | None, tuple[str, ...] | None]  # table, aft
 
 
 @dataclass(frozen=True)
+class Exported:
+    """The snapshot the slot exported when it was created: the tables as of its consistent
+    point ``lsn``, importable while the creating connection stays open and idle."""
+
+    name: str
+    lsn: str
+
+
+@dataclass(frozen=True)
 class StreamPartition(InputPartition):
     config: Config
     start: str
     end: str
     load: tuple[Range, ...] = ()  # key ranges of the initial load read with this batch
+    exported: Exported | None = None  # read the ranges in it; None: by watermarks
+    pending: tuple[str, ...] = ()  # tables not loaded whole before this batch
 
 
 class PostgresSource(DataSource):
@@ -230,6 +258,12 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.config = config
         self._target: int | None = None  # availableNow: read no change after this LSN
         self._opened = False  # publication (and, at the start, the slot) checked
+        self._exporter = None  # the replication connection holding the exported snapshot
+        self._exported: Exported | None = None
+        # Tables whose ranges this process read by watermarks, and why: the next offset
+        # adds them to its `watermarked`.
+        self._fell_back: dict[str, str] = {}
+        self._refused = False  # the server refused the replication connection
 
     def initialOffset(self) -> dict:
         return dict(START)
@@ -248,11 +282,16 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 flush = min(flush, self._target)
             lsn = {"lsn": pg.format_lsn(max(flush, pg.parse_lsn(start["lsn"])))}
             order = _order(self.config, start)
+            watermarked = {**start.get("watermarked", {}), **self._fell_back}
+            notes = {"watermarked": watermarked} if watermarked else {}
             position = _load_position(self.config, start)
             if position is None:
-                done = {**lsn, "tables": order}
+                self.stop()  # every range is read (and written): the snapshot may go
+                done = {**lsn, "tables": order, **notes}
                 return start if done == start else done
-            return {**lsn, "tables": order, **self._plan_load(conn, order, *position)}
+            exported = {"exported": asdict(self._exported)} if self._exported else {}
+            plan = self._plan_load(conn, order, *position)
+            return {**lsn, "tables": order, **notes, **exported, **plan}
 
     def _plan_load(self, conn, order: list[str], table: str, after) -> dict:
         """Where the next batch's load ends: ``load_batch_rows`` rows on, across the ends of
@@ -296,21 +335,59 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if slot is not None and slot[0] == "lost":  # its WAL is gone: it can only restart
             conn.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot,))
         if slot is None or slot[0] == "lost":
+            self._create_slot(conn)
+
+    def _create_slot(self, conn) -> None:
+        """Create the slot over a replication connection, which exports the snapshot of its
+        consistent point; the connection is kept, idle, while the load reads in it. Where
+        the server refuses a replication connection (``pg_hba.conf``), the slot is created
+        over ``conn`` and the load goes by watermarks."""
+        import psycopg
+
+        cfg = self.config
+        try:
+            exporter = connect(cfg.dsn, autocommit=True, replication="database")
+        except psycopg.OperationalError as refused:
+            log.warning("%s: %s", REFUSED, refused)
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (cfg.slot,))
+            self._refused = True
+            return
+        created = exporter.execute(
+            f"CREATE_REPLICATION_SLOT \"{cfg.slot}\" LOGICAL pgoutput (SNAPSHOT 'export')"
+        ).fetchone()
+        self._exporter, self._exported = exporter, Exported(name=created[2], lsn=created[1])
+
+    def stop(self) -> None:
+        """Let the exported snapshot go (the server may then vacuum what it held back)."""
+        if self._exporter is not None:
+            self._exporter.close()
+        self._exporter = self._exported = None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """One partition: a slot has one reader. It carries the key ranges of the load from
-        ``start``'s position to ``end``'s (the tables between them whole)."""
+        ``start``'s position to ``end``'s (the tables between them whole), and the exported
+        snapshot to read them in when this process holds the one ``end`` was planned with
+        (a batch replayed after a restart falls back to watermarks)."""
         first, last = _load_position(self.config, start), _load_position(self.config, end)
-        tables, ranges = _order(self.config, end), []
+        tables, ranges, pending = _order(self.config, end), [], ()
         if first is not None and first[0] in tables:
+            pending = tuple(tables[tables.index(first[0]) :])
             # A position with no key begins its table: the ranges before it end there.
             stop = len(tables) if last is None else tables.index(last[0]) + (last[1] is not None)
             for table in tables[tables.index(first[0]) : stop]:
                 after = first[1] if table == first[0] else None
                 upto = last[1] if last is not None and table == last[0] else None
                 ranges.append((table, after, upto))
-        return [StreamPartition(self.config, start["lsn"], end["lsn"], tuple(ranges))]
+        held = self._exported
+        if held is not None and end.get("exported") != asdict(held):
+            held = None
+        if held is None:
+            known = start.get("tables", list(self.config.tables))
+            for table, _, _ in ranges:
+                why = RESTARTED if table in known else ADDED
+                self._fell_back.setdefault(table, REFUSED if self._refused else why)
+        part = StreamPartition(self.config, start["lsn"], end["lsn"], tuple(ranges), held, pending)
+        return [part]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         assert isinstance(partition, StreamPartition)
@@ -407,33 +484,61 @@ def _nth_key(
 
 
 def _read(part: StreamPartition) -> Iterator[tuple]:
-    """The log's changes in ``[start, end)``, then the rows of the load's ranges that the
-    log did not touch up to the watermark written after reading them."""
-    cfg = part.config
-    loaded = [_read_range(cfg, *r) for r in part.load]
+    """The log's changes in ``[start, end)``, then the rows of the load's ranges: in the
+    exported snapshot, at its point; else by a watermark written after reading them, less
+    the keys the log touched up to it (it carries their values).
+
+    Both ways also give, of each key of a table still loading that the log touched, the
+    row it held where the slot stood, when the log sent it (``REPLICA IDENTITY FULL``): a
+    row the watermark method drops, or one a later range read by watermarks would miss,
+    keeps its capture-time state that way."""
+    import psycopg
+
+    cfg, exported = part.config, part.exported
+    if exported is not None:
+        try:
+            loaded = [_read_range(cfg, *r, snapshot=exported.name) for r in part.load]
+        except psycopg.errors.InvalidParameterValue:  # its connection closed under us
+            log.warning("the exported snapshot %s is gone: this batch uses watermarks", exported)
+            exported = None
+    if exported is None:
+        loaded = [_read_range(cfg, *r) for r in part.load]
     with connect(cfg.dsn) as conn:
-        upto = part.end
+        upto = stood = part.end
         if part.load:
             with conn.transaction():  # flushed at commit, with every change before it
                 conn.execute("SET LOCAL synchronous_commit = on")
-                upto = conn.execute(
-                    "SELECT pg_logical_emit_message(true, 'autocdc', 'load')::text"
+                stood = conn.execute(
+                    "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    (cfg.slot,),
                 ).fetchone()[0]
-        watched = frozenset(r[0] for r in part.load)
+                if exported is None:
+                    upto = conn.execute(
+                        "SELECT pg_logical_emit_message(true, 'autocdc', 'load')::text"
+                    ).fetchone()[0]
         decoder = pgchanges.ChangeDecoder(
-            dict(cfg.keys), pg.parse_lsn(part.start), pg.parse_lsn(part.end), watched
+            dict(cfg.keys), pg.parse_lsn(part.start), pg.parse_lsn(part.end), set(part.pending)
         )
         high = max(pg.parse_lsn(upto), pg.parse_lsn(part.end))
         for lsn, data in _peek(conn, cfg, pg.format_lsn(high)):
             yield from decoder.feed(lsn, data)
-    sequence = f"{pg.format_lsn(high)}/0"
+    # No change to a touched key came between where the slot stood and its first change.
+    for table, before in decoder.touched.items():
+        for payload in before.values():
+            if payload is not None:
+                yield pgchanges.load_row(table, f"{stood}/0", stood, payload)
+    if exported is not None:
+        at, upto = f"{exported.lsn}/0", exported.lsn  # before every change the slot decodes
+    else:
+        at = f"{pg.format_lsn(high)}/0"  # after every change the read saw
     for (table, _, _), (names, oids, rows) in zip(part.load, loaded, strict=True):
-        if table in decoder.truncated:
+        if exported is None and table in decoder.truncated:
             continue  # every row it read is gone or came back through the log
         keys = dict(cfg.keys)[table]
         for values in rows:
-            row = pgchanges.snapshot_row(table, sequence, upto, names, values, oids)
-            if pgchanges.key_of(row, keys) not in decoder.touched[table]:
+            row = pgchanges.snapshot_row(table, at, upto, names, values, oids)
+            if exported is not None or pgchanges.key_of(row, keys) not in decoder.touched[table]:
                 yield row
 
 
@@ -460,11 +565,20 @@ def _peek(conn, cfg: Config, upto: str) -> Iterator[tuple[str, bytes]]:
         return
 
 
-def _read_range(config: Config, table: str, after, upto) -> tuple[list, list, list]:
-    """One key range of a table, as text (``TEXT_SETTINGS``), in one statement's snapshot.
-    The range that ends a table also takes rows with a NULL key (quarantined by the flow)."""
+def _read_range(
+    config: Config, table: str, after, upto, snapshot: str | None = None
+) -> tuple[list, list, list]:
+    """One key range of a table, as text (``TEXT_SETTINGS``), in one statement's snapshot,
+    or in the exported ``snapshot``. The range that ends a table also takes rows with a
+    NULL key (quarantined by the flow)."""
+    import psycopg
+    from psycopg import sql
+
     with connect(config.dsn) as conn:
         conn.read_only = True
+        if snapshot is not None:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
         columns = table_columns(conn, table)
         key = _key_columns(conn, config, table)
         where, params = ["true"], []
