@@ -302,6 +302,26 @@ def test_the_history_begins_with_every_row_as_it_was_when_capture_began(spark, p
     reader.stop()
 
 
+def test_a_query_that_starts_anew_makes_the_slot_anew(pg):
+    """A slot found when a query plans its first batch (a full refresh dropped the
+    checkpoint) gave that query nothing: it is made anew, and the load reads in its
+    snapshot, at its point, instead of by watermarks."""
+    pg.execute("CREATE TABLE anew (id bigint PRIMARY KEY, v text)")
+    pg.execute("INSERT INTO anew VALUES (1, 'a')")
+    first = _reader(pg, "anew", "anew")
+    _, end = _batch(first, first.initialOffset())
+    first.commit(end)
+    first.stop()
+    pg.execute("UPDATE anew SET v = 'b' WHERE id = 1")
+    again = _reader(pg, "anew", "anew")
+    rows, second = _batch(again, again.initialOffset())
+    point = second["exported"]["lsn"]
+    assert _seq(point) > _seq(end["exported"]["lsn"])
+    assert [(json.loads(r[3])["v"], r[2]) for r in rows] == [("b", f"{point}/0")]
+    assert "watermarked" not in second
+    again.stop()
+
+
 @pytest.mark.parametrize("full", [False, True], ids=["key-identity", "replica-identity-full"])
 def test_a_load_resumed_after_a_kill_falls_back_to_watermarks(spark, pg, new_table, full):
     """The process that held the exported snapshot dies after the first range: the rest

@@ -7,6 +7,7 @@ the committed order of its changes (recorded by a trigger)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,6 +24,8 @@ import yaml
 from chispa import assert_df_equality
 from conftest import SUBPROCESS_CONF
 from pgserver import Server
+
+from autocdc.sources.postgres import RESTARTED
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "pipelines" / "postgres"
@@ -130,6 +133,17 @@ def _run(spec: Path, dsn: str, kill_at: tuple[int, float] | None = None) -> int:
     return proc.returncode
 
 
+def _status(spec: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "autocdc", "status", "--spec", str(spec), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return json.loads(done.stdout)
+
+
 def _loading(spec: Path) -> bool:
     """Whether the newest planned batch of the slot's query is one of the initial load."""
     planned = [f for f in _offsets(spec).iterdir() if f.name.isdigit()]
@@ -210,5 +224,13 @@ def test_capture_killed_mid_traffic_mirrors_the_database(spark, tmp_path):
             assert versions in ends, (key, versions, committed[key])
         current = {k for k, v in committed.items() if v and v[-1][2]}
         assert {k for k, v in history.items() if v[-1][2]} == current
+        # The kills came during the load of items (customers, first, may have been small
+        # enough for the first batch: the writers truncate it now and then): what the
+        # restarts loaded went by watermarks, and status says so.
+        (changes,) = [f for f in _status(spec)["flows"] if f["flow"] == "shop_changes"]
+        watermarked = changes["load_by_watermarks"]
+        assert watermarked["public.items"] == RESTARTED
+        assert set(watermarked) <= {"public.customers", "public.items"}
+        assert set(watermarked.values()) == {RESTARTED}
     finally:
         server.stop()

@@ -142,6 +142,11 @@ def status(project: Project) -> dict[str, Any]:
         lag = pos.lag_now(found, project.checkpoint(row["flow"])) if found else pos.Lag()
         batched = row["batch_id"] is not None
         tombstones = json.loads(row["metrics"])["tombstones_live"] if batched else None
+        fell_back = {
+            table: why
+            for source in found
+            for table, why in ((source.get("offset") or {}).get("watermarked") or {}).items()
+        }
         entry = {
             "flow": row["flow"],
             "target": row["target"],
@@ -158,6 +163,8 @@ def status(project: Project) -> dict[str, Any]:
             "tombstones_live": tombstones,
             "lag": lag.as_dict(),
             "last_run": runs.get(row["run_id"]),
+            # Tables whose initial load went by watermarks (docs/sources.md), and why.
+            "load_by_watermarks": fell_back,
         }
         doc["flows"].append(entry)
     return doc
@@ -249,6 +256,12 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
             _dash(f["tombstones_live"]),
             describe_lag(pos.Lag(**f["lag"])),
         )
+        for source_table, why in f["load_by_watermarks"].items():
+            reasons.append(
+                f"{f['flow']}: the initial load of {source_table} went by watermarks ({why}): "
+                "its rows' SCD type 2 history starts where they were read, not where capture "
+                "began (docs/sources.md#postgresql-log-based)"
+            )
         if quarantined and quarantined["total"]:
             counts = ", ".join(f"{k} {v}" for k, v in sorted(quarantined["by_reason"].items()))
             table_name = f["target"] + QUARANTINE_SUFFIX

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 
 from pyspark.sql import Column, DataFrame
@@ -307,10 +307,11 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             table, after, budget = order[following], None, max(budget - left, 1)
 
     def _open_slot(self, conn, create: bool) -> None:
-        """The publication, with a table added to ``tables`` since; at the query's start,
-        the slot. Both are kept when they exist: a slot left by a start that was killed, or
-        by the checkpoint a full refresh dropped, still holds every change since it was
-        created or last advanced, and the load that follows reads the tables anew."""
+        """The publication, with a table added to ``tables`` since; when the query plans its
+        first batch (``create``), the slot, made anew: a slot found then (left by a start
+        killed before it planned a batch, or by the checkpoint a full refresh dropped) has
+        given this query nothing, every change it holds is in the tables the load reads,
+        and only a new slot exports the snapshot that load reads in."""
         cfg = self.config
         published = {
             f"{s}.{t}"
@@ -329,13 +330,14 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             conn.execute(f'ALTER PUBLICATION "{cfg.publication}" ADD TABLE {missing}')
         if not create:
             return
-        slot = conn.execute(
-            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (cfg.slot,)
-        ).fetchone()
-        if slot is not None and slot[0] == "lost":  # its WAL is gone: it can only restart
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (cfg.slot,))
-        if slot is None or slot[0] == "lost":
-            self._create_slot(conn)
+        _retried(
+            lambda: conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (cfg.slot,),
+            )
+        )
+        self._create_slot(conn)
 
     def _create_slot(self, conn) -> None:
         """Create the slot over a replication connection, which exports the snapshot of its
@@ -384,8 +386,10 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if held is None:
             known = start.get("tables", list(self.config.tables))
             for table, _, _ in ranges:
-                why = RESTARTED if table in known else ADDED
-                self._fell_back.setdefault(table, REFUSED if self._refused else why)
+                why = REFUSED if self._refused else RESTARTED if table in known else ADDED
+                if table not in self._fell_back:
+                    self._fell_back[table] = why
+                    log.warning("the initial load of %s goes by watermarks: %s", table, why)
         part = StreamPartition(self.config, start["lsn"], end["lsn"], tuple(ranges), held, pending)
         return [part]
 
@@ -396,20 +400,34 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         """Acknowledge: the slot may free the WAL before ``end``. Retried while a reader
         of an earlier attempt still holds the slot."""
-        for attempt in range(_COMMIT_ATTEMPTS):
-            try:
-                with connect(self.config.dsn, autocommit=True) as conn:
-                    conn.execute(
-                        "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn) "
-                        "FROM pg_replication_slots WHERE slot_name = %s "
-                        "AND confirmed_flush_lsn < %s::pg_lsn",
-                        (end["lsn"], self.config.slot, end["lsn"]),
-                    )
-                break
-            except Exception:
-                if attempt == _COMMIT_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.5 * (attempt + 1))
+
+        def advance() -> None:
+            with connect(self.config.dsn, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn) "
+                    "FROM pg_replication_slots WHERE slot_name = %s "
+                    "AND confirmed_flush_lsn < %s::pg_lsn",
+                    (end["lsn"], self.config.slot, end["lsn"]),
+                )
+
+        _retried(advance, Exception)
+
+
+def _retried(statement: Callable[[], object], errors: type[Exception] | None = None) -> None:
+    """Run ``statement``, again while it fails with ``errors`` (by default: the slot is
+    still held by the server process of a reader that was killed; it lets go when it
+    notices)."""
+    import psycopg
+
+    retried = errors or psycopg.errors.ObjectInUse
+    for attempt in range(_COMMIT_ATTEMPTS):
+        try:
+            statement()
+            return
+        except retried:
+            if attempt == _COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _flush_lsn(conn) -> str:
