@@ -1,4 +1,5 @@
-"""What one batch cost: wall seconds, Spark jobs, files and bytes written, peak JVM heap.
+"""What one batch cost: wall seconds, Spark jobs, files and bytes written, peak JVM heap,
+and for autocdc the seconds of each step of the batch (its metrics' ``steps``).
 
 Files are counted on disk (data, deletion vectors, Delta log), so every system is
 measured the same way whatever it writes. Heap: the driver JVM's heap pools are reset
@@ -12,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -54,20 +55,26 @@ class BatchCost:
     files: int
     bytes: int
     heap_peak_mb: float
+    steps: dict[str, float] = field(default_factory=dict)
 
 
-def measure(spark: SparkSession, dirs: list[Path], step: Callable[[], None]) -> BatchCost:
+def measure(spark: SparkSession, dirs: list[Path], step: Callable[[], object]) -> BatchCost:
     heap = _Heap(spark)
     before = _files(dirs)
     heap.reset()
     jobs_before = _job_ids(spark)
     started = time.perf_counter()
-    step()
+    done = step()
     seconds = time.perf_counter() - started
     jobs = len(_job_ids(spark) - jobs_before)
     added = {p: s for p, s in _files(dirs).items() if p not in before}
     return BatchCost(
-        round(seconds, 3), jobs, len(added), sum(added.values()), round(heap.peak_mb(), 1)
+        round(seconds, 3),
+        jobs,
+        len(added),
+        sum(added.values()),
+        round(heap.peak_mb(), 1),
+        getattr(done, "steps", {}),
     )
 
 
@@ -82,4 +89,8 @@ def summarize(costs: list[BatchCost], rows: int) -> dict[str, float]:
         "bytes_per_batch": statistics.median(c.bytes for c in costs),
         "heap_peak_mb": max(c.heap_peak_mb for c in costs),
         "batches": len(costs),
+        "steps_s": {
+            step: round(statistics.median(c.steps.get(step, 0.0) for c in costs), 3)
+            for step in dict.fromkeys(step for c in costs for step in c.steps)
+        },
     }

@@ -117,6 +117,33 @@ def _partial(p: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _steps(summary: dict[str, Any]) -> list[str]:
+    """Where an autocdc batch's time goes, headline and small batches (absent from results
+    of runs before the engine timed its steps)."""
+    rows = [
+        (f"{name}{label}", steps)
+        for key, label in (("steps_s", ""), ("small_steps_s", ", small batch"))
+        for name, steps in summary.get(key, {}).items()
+    ]
+    if not rows:
+        return []
+    names = list(dict.fromkeys(step for _, steps in rows for step in steps))
+    return [
+        "## Where a batch's time goes",
+        "",
+        "Median seconds of each step of an autocdc batch (`BatchMetrics.steps`): prepare "
+        "(definition, tables, catch-up), stage (validate, deduplicate), plan (state lookup "
+        "and reconcile), quarantine, redo (the outcome written first), merge (the target), "
+        "state (state and quarantine appended), maintain (compaction). Lazy work counts in "
+        "the step that forces it.",
+        "",
+        f"| batch | {' | '.join(names)} |",
+        f"|---|{'---|' * len(names)}",
+        *(f"| {row} | {' | '.join(str(s.get(n, '-')) for n in names)} |" for row, s in rows),
+        "",
+    ]
+
+
 def _small_and_history(detail: dict[str, Any]) -> list[str]:
     w = detail["workload"]
     return [
@@ -175,6 +202,7 @@ def write(detail: dict[str, Any], md: Path, png: Path) -> None:
         lines += ["", "```", str(error), "```"]
     lines += [
         "",
+        *_steps(summary),
         *_small_and_history(detail),
         *_partial(summary.get("partial_vs_full")),
         "## Scaling (SCD1 and the floor)",

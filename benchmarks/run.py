@@ -330,6 +330,9 @@ def summarize(
         "jobs_per_batch": {name: s["jobs_per_batch"] for name, s in head.items()},
         "small_s": {name: s["median_s"] for name, s in small.items()},
         "small_jobs_per_batch": {name: s["jobs_per_batch"] for name, s in small.items()},
+        # Where an autocdc batch's time goes (medians of its metrics' steps).
+        "steps_s": {name: s["steps_s"] for name, s in head.items() if s["steps_s"]},
+        "small_steps_s": {name: s["steps_s"] for name, s in small.items() if s["steps_s"]},
         "scd2_history_per_batch_s": hist["scd2"]["per_batch_s"] if hist else None,
         "ratios": ratios,
         "targets_met": {

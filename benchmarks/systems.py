@@ -139,8 +139,8 @@ class AutoCdc:
     def load(self, snapshot: DataFrame) -> None:
         self.flow.apply(snapshot)
 
-    def apply(self, batch: DataFrame) -> None:
-        self.flow.apply(batch)
+    def apply(self, batch: DataFrame) -> autocdc.BatchMetrics:
+        return self.flow.apply(batch)
 
     def result(self, spark: SparkSession) -> DataFrame:
         return spark.table(self.flow.target)

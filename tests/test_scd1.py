@@ -70,6 +70,13 @@ def test_replay_and_duplicates_change_nothing(spark, new_table):
     assert_target(spark, target, EXPECTED)
     assert (replay.upserted, replay.deleted, replay.ignored_stale) == (0, 0, 8)
     assert spark.sql(f"DESCRIBE HISTORY {target}").count() == version  # no new commit
+    # Where each batch's time went: every step it ran, in order, within its seconds.
+    ran = ["prepare", "stage", "plan", "quarantine", "redo", "merge", "state", "maintain"]
+    assert list(metrics.steps) == ran
+    assert list(replay.steps) == ran[:4]  # nothing to commit
+    for m in (metrics, replay):
+        assert all(s >= 0 for s in m.steps.values())
+        assert sum(m.steps.values()) <= m.seconds + 0.01
 
 
 def test_target_is_clean_and_tables_sit_side_by_side(spark, new_table, warehouse):

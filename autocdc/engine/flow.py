@@ -21,7 +21,7 @@ from autocdc.engine import state as st
 from autocdc.engine.batch import Batch, Counts, Plan
 from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.faults import crash_point
-from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowSpec
 from autocdc.engine.stage import OP, REASON, TRUNCATE, col
@@ -119,10 +119,12 @@ class AutoCdcFlow(FlowSpec):
         raise ConcurrentWriteError(table=self.target, attempts=MAX_ATTEMPTS)
 
     def _apply_once(self, spark: SparkSession, df: DataFrame, started: float) -> BatchMetrics:
+        steps = Steps()
         fitted = fit.fit(spark, self, df, self.state_table)
         self._prepare_tables(spark, fitted)
         layout, names = fitted.layout, self._names
         committed = self._catch_up(spark, layout)
+        steps.lap("prepare")
         stored = set(layout.key_names + layout.value_names)
         conformed = df.select(
             *[col(c) for c in df.columns if c not in stored], *fitted.conform, *fitted.sets
@@ -130,9 +132,10 @@ class AutoCdcFlow(FlowSpec):
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         try:
             counts = _counts(staged)
+            steps.lap("stage")
             if counts.rows_in == 0:  # nothing to read state for
                 return self._metrics(
-                    started, committed, counts, Plan(spark.range(0), None, None), {}
+                    started, committed, counts, Plan(spark.range(0), None, None), {}, steps
                 )
             batch = Batch(
                 spark=spark,
@@ -146,8 +149,9 @@ class AutoCdcFlow(FlowSpec):
                 batch_id=committed + 1,
             )
             plan = STRATEGIES[self.stored_as_scd_type](batch)
+            steps.lap("plan")
             crash_point("after_stage")
-            return self._commit(batch, plan, started)
+            return self._commit(batch, plan, started, steps)
         finally:
             staged.tagged.unpersist()
 
@@ -177,7 +181,7 @@ class AutoCdcFlow(FlowSpec):
             self._meta_version = version
         return self._meta
 
-    def _commit(self, batch: Batch, plan: Plan, started: float) -> BatchMetrics:
+    def _commit(self, batch: Batch, plan: Plan, started: float, steps: Steps) -> BatchMetrics:
         spark, staged, names = batch.spark, batch.staged, batch.names
         rejected = staged.rejected if batch.counts.rejected else None
         if plan.late is not None:
@@ -190,9 +194,10 @@ class AutoCdcFlow(FlowSpec):
             q_rows = quarantine.new_rows(spark, names.quarantine, shaped).localCheckpoint()
             if q_rows.isEmpty():
                 q_rows = None
+        steps.lap("quarantine")
         if not plan.changes_anything and q_rows is None:
             # Nothing to record (e.g. a replay): no commit, the batch id is not used up.
-            return self._metrics(started, batch.batch_id - 1, batch.counts, plan, {})
+            return self._metrics(started, batch.batch_id - 1, batch.counts, plan, {}, steps)
         meta = batch.meta.meta
         grown = st.Meta(
             batch.batch_id,
@@ -203,8 +208,10 @@ class AutoCdcFlow(FlowSpec):
         horizons = batch.meta.horizons if plan.horizons is None else plan.horizons
         rows = plan.state_rows.unionByName(st.meta_row(horizons, grown, batch.layout))
         redo = commit.write_redo(spark, names, batch.batch_id, rows, q_rows)
+        steps.lap("redo")
         target_schema = tables.read(spark, names.target).schema
         merged = commit.commit_target(spark, names, redo, plan.merge, target_schema)
+        steps.lap("merge")
         crash_point("after_target_commit")
         commit.apply_redo(
             spark,
@@ -214,11 +221,13 @@ class AutoCdcFlow(FlowSpec):
             lambda: quarantine.create(spark, names.quarantine),
         )
         crash_point("after_state_commit")
+        steps.lap("state")
         self._meta = st.MetaFrame(grown, horizons, batch.meta.empty and plan.horizons is None)
         versions = self._versions(spark)
         self._meta_version = versions[1]
         self._committed = (*versions, batch.batch_id)
         collected = self._maintain(spark, batch.layout, grown)
+        steps.lap("maintain")
         quarantined = 0 if q_rows is None else batch.counts.rejected + plan.stats.get("late", 0)
         return self._metrics(
             started,
@@ -226,6 +235,7 @@ class AutoCdcFlow(FlowSpec):
             batch.counts,
             plan,
             merged,
+            steps,
             quarantined,
             collected,
             grown.tombstones,
@@ -253,6 +263,7 @@ class AutoCdcFlow(FlowSpec):
         counts: Counts,
         plan: Plan,
         merged: dict[str, int],
+        steps: Steps,
         quarantined: int = 0,
         collected: int = 0,
         tombstones: int | None = None,
@@ -281,6 +292,7 @@ class AutoCdcFlow(FlowSpec):
             tombstones_live=tombstones - collected,
             tombstones_collected=collected,
             seconds=round(time.perf_counter() - started, 3),
+            steps=steps.seconds,
         )
 
     def current(self, spark: SparkSession) -> DataFrame:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,8 @@ class BatchMetrics:
     of an earlier batch, in the target MERGE, and then ``upserted`` says whether the new
     one won). With ``ignore_null_updates`` only ties inside one batch are counted.
     ``late_beyond_horizon``: changes at or below the collected-tombstone horizon for a
-    key with no state (quarantined by default).
+    key with no state (quarantined by default). ``steps``: seconds per step (see
+    :class:`Steps`), where the batch's time went.
     """
 
     flow: str
@@ -33,6 +35,26 @@ class BatchMetrics:
     tombstones_live: int
     tombstones_collected: int
     seconds: float
+    steps: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+class Steps:
+    """Seconds per step of one batch, in the order they ran: ``prepare`` (definition,
+    tables, catch-up), ``stage`` (validate, deduplicate), ``plan`` (state lookup and
+    reconcile), ``quarantine``, ``redo`` (the batch's outcome written first), ``merge``
+    (the target), ``state`` (state and quarantine appended), ``maintain`` (compaction).
+    Spark runs a step's jobs where it is materialized, so lazy work counts in the step
+    that forces it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._at = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        """Close ``step``: the time since the previous lap is its."""
+        now = time.perf_counter()
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - self._at, 3)
+        self._at = now
