@@ -32,7 +32,8 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self) -> None:
+    def __init__(self, wal_senders: int = 8) -> None:
+        self.wal_senders = wal_senders  # 0: replication connections are refused
         bin_dir = _bin_dir()
         if bin_dir is None:
             if os.environ.get("CI"):
@@ -60,7 +61,7 @@ class Server:
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c wal_level=logical "
-            "-c max_replication_slots=8 -c max_wal_senders=8 -c fsync=off "
+            f"-c max_replication_slots=8 -c max_wal_senders={self.wal_senders} -c fsync=off "
             "-c full_page_writes=off"
         )
         self._run(

@@ -28,7 +28,13 @@ from autocdc.sources.errors import (
     UnknownKeyColumnError,
 )
 from autocdc.sources.pgchanges import CHANGES_SCHEMA
-from autocdc.sources.postgres import RESTARTED, Config, PostgresStreamReader, postgres_table
+from autocdc.sources.postgres import (
+    REFUSED,
+    RESTARTED,
+    Config,
+    PostgresStreamReader,
+    postgres_table,
+)
 
 ITEMS = "id BIGINT, sku STRING, quantity INT, price DECIMAL(10,2)"
 
@@ -320,6 +326,27 @@ def test_a_query_that_starts_anew_makes_the_slot_anew(pg):
     assert [(json.loads(r[3])["v"], r[2]) for r in rows] == [("b", f"{point}/0")]
     assert "watermarked" not in second
     again.stop()
+
+
+def test_a_server_that_refuses_replication_connections_loads_by_watermarks():
+    """``max_wal_senders = 0`` (or a pooler that passes no replication connection): the
+    slot is made over SQL, exports nothing, and the load goes by watermarks, which the
+    offsets say, with why."""
+    server = Server(wal_senders=0).start()
+    try:
+        server.execute("CREATE TABLE refused (id bigint PRIMARY KEY, v text)")
+        server.execute("INSERT INTO refused VALUES (1, 'a')")
+        reader = _reader(server, "refused", "refused")
+        rows, end = _batch(reader, reader.initialOffset())
+        assert "exported" not in end
+        assert [json.loads(r[3])["v"] for r in rows] == ["a"]
+        assert _seq(rows[0][2]) > _seq(end["lsn"])  # at the watermark written after the read
+        reader.commit(end)
+        _, later = _batch(reader, end)
+        assert later["watermarked"] == {"public.refused": REFUSED}
+        reader.stop()
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["key-identity", "replica-identity-full"])

@@ -68,8 +68,8 @@ RESTARTED = (
 )
 ADDED = "the table was added to the capture after the slot was created"
 REFUSED = (
-    "the server refused a replication connection (pg_hba.conf has no `replication` line for "
-    "this user), so the slot exported no snapshot"
+    "the server refused a replication connection (max_wal_senders = 0, or a connection "
+    "pooler in between), so the slot exported no snapshot"
 )
 LOAD_BATCH_ROWS = 100_000  # held in memory by the batch's reader until its watermark
 # The settings that shape a value's text, fixed for every connection (the snapshot's
@@ -342,8 +342,8 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _create_slot(self, conn) -> None:
         """Create the slot over a replication connection, which exports the snapshot of its
         consistent point; the connection is kept, idle, while the load reads in it. Where
-        the server refuses a replication connection (``pg_hba.conf``), the slot is created
-        over ``conn`` and the load goes by watermarks."""
+        the server refuses a replication connection (``max_wal_senders = 0``, a pooler),
+        the slot is created over ``conn`` and the load goes by watermarks."""
         import psycopg
 
         cfg = self.config
