@@ -471,7 +471,9 @@ def plan(batch: Batch) -> Plan:
     stats = row.asDict()
     late = None
     if stats["late"]:
-        late = events.where(col(LATE)).select(*staged.source_columns, SEQ, REASON)
+        late = events.where(col(LATE)).select(
+            *[col(c) for c in [*staged.source_columns, SEQ, REASON]]
+        )
     new_horizons = None
     if batch.counts.truncates:
         new_horizons = bounds.select(

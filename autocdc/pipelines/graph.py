@@ -31,6 +31,7 @@ from autocdc import (
     DefinitionChangedError,
     TargetNotPartialError,
 )
+from autocdc.engine.stage import col
 from autocdc.pipelines import extraction
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
@@ -132,7 +133,7 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
         listing = engine.columns_to_update_column
         excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
         keep = engine.column_list or [c for c in df.columns if c not in excepted]
-        out = df.select(*[F.col(f"`{c}`") for c in keep])
+        out = df.select(*[col(c) for c in keep])
         scd_type = engine.stored_as_scd_type
         seq_type = df.select(engine.sequence_column()).schema[0].dataType
     if scd_type == 2:
