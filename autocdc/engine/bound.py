@@ -1,6 +1,7 @@
 """The batch's key bound: a predicate on the key columns that every key a batch touches
 satisfies, so that Delta's data skipping (min/max statistics per file) can leave out the
-files of the target and of the state that cannot hold those keys.
+target's files that cannot hold those keys, and the state read drops other keys' rows in
+the scan (its statistics cover only its kind and batch columns: no file skipping there).
 
 Per key column it is the column's distinct values (an IN-list) when the batch is small,
 else their lowest and highest value (a range). For a composite key each column is bounded
