@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 
 from autocdc.engine import state as st
+from autocdc.engine.bound import KeyBound
 from autocdc.engine.commit import Tables
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import StagedBatch
@@ -21,12 +22,14 @@ from autocdc.engine.stage import StagedBatch
 
 @dataclass(frozen=True)
 class Counts:
-    """The staged batch's counts (one aggregate over the cached batch)."""
+    """The staged batch's counts (one aggregate over the cached batch), and the range of
+    the keys its keyed changes touch (what the state read is bounded by)."""
 
     rows_in: int
     rejected: int
     truncates: int
     keyed: int
+    key_range: KeyBound
 
 
 @dataclass(frozen=True)

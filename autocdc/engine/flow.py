@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from autocdc.engine import commit, fit, gc, quarantine, scd1, scd2, stage, tables, tuning
+from autocdc.engine import bound, commit, fit, gc, quarantine, scd1, scd2, stage, tables, tuning
 from autocdc.engine import state as st
 from autocdc.engine.batch import Batch, Counts, Plan
 from autocdc.engine.errors import ConcurrentWriteError
@@ -131,7 +131,7 @@ class AutoCdcFlow(FlowSpec):
         )
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         try:
-            counts = _counts(staged)
+            counts = _counts(staged, layout.keys)
             steps.lap("stage")
             if counts.rows_in == 0:  # nothing to read state for
                 return self._metrics(
@@ -365,13 +365,22 @@ class AutoCdcFlow(FlowSpec):
         self._gc_clock = None
 
 
-def _counts(staged: stage.StagedBatch) -> Counts:
-    """One aggregate over the cached batch (which it materializes)."""
+def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
+    """One aggregate over the cached batch (which it materializes); the key range rides
+    on it rather than costing a job of its own."""
     ok = col(REASON).isNull()
+    keyed = ok & (col(OP) != TRUNCATE)
     row = staged.tagged.agg(
         F.count(F.lit(1)).alias("rows_in"),
         F.count(col(REASON)).alias("rejected"),
         F.count(F.when(ok & (col(OP) == TRUNCATE), 1)).alias("truncates"),
-        F.count(F.when(ok & (col(OP) != TRUNCATE), 1)).alias("keyed"),
+        F.count(F.when(keyed, 1)).alias("keyed"),
+        *bound.aggregates(keys, keyed, listed=False),
     ).first()
-    return Counts(**row.asDict())
+    return Counts(
+        rows_in=row["rows_in"],
+        rejected=row["rejected"],
+        truncates=row["truncates"],
+        keyed=row["keyed"],
+        key_range=bound.from_row(row, keys),
+    )

@@ -36,6 +36,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from autocdc.engine import bound as kb
 from autocdc.engine import state as st
 from autocdc.engine import tables
 from autocdc.engine.batch import Batch, Plan
@@ -310,9 +311,15 @@ def _combine(
 
 
 def merge(
-    spark: SparkSession, target: str, layout: st.Layout, changes: DataFrame
+    spark: SparkSession,
+    target: str,
+    layout: st.Layout,
+    changes: DataFrame,
+    keys_bound: kb.KeyBound,
 ) -> Callable[[], DataFrame]:
-    """The target MERGE of the keys whose ACTION is set (not run until called)."""
+    """The target MERGE of the keys whose ACTION is set (not run until called); the
+    condition also bounds the target's keys by ``keys_bound`` (theirs), so that Delta
+    skips the files that cannot hold them."""
     keys, values = layout.key_names, layout.value_names
     q = tables.ident
     flags = (
@@ -323,7 +330,7 @@ def merge(
     source = changes.where(col(ACTION).isNotNull()).select(
         *[col(c) for c in [*keys, *values, ACTION, *flags]]
     )
-    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys)
+    on = kb.on_keys(keys, keys_bound)
     is_upsert = f"s.{ACTION} = '{ACT_UPSERT}'"
     if layout.per_column_sequences:
         update_set = {}
@@ -415,6 +422,11 @@ def regroup(touched: DataFrame, old_state: DataFrame, full: st.Layout) -> DataFr
     ).withColumns({st.UPS: null, st.DEL: null, st.FLOOR: null})
 
 
+def _few(batch: Batch) -> bool:
+    """Whether the keys a batch touches are few enough to list (see ``kb.MAX_IN_LIST``)."""
+    return not batch.counts.truncates and batch.counts.keyed <= kb.MAX_IN_LIST
+
+
 def plan(batch: Batch) -> Plan:
     """Reconcile the batch against the state of its keys (all keys when it truncates):
     one materialized pass, one aggregate for the counts."""
@@ -431,6 +443,7 @@ def plan(batch: Batch) -> Plan:
         bounds = horizons(batch.meta.horizons, none)
     old_state = st.state_rows(spark, batch.names.state)
     if not batch.counts.truncates:  # key-pruned: only the state of keys in this batch
+        old_state = kb.restrict(old_state, batch.counts.key_range)  # filtered in the scan
         batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
         old_state = old_state.join(batch_keys.distinct(), keys, "left_semi")
     # Read once: the reconcile joins it twice (classify, fold).
@@ -456,19 +469,24 @@ def plan(batch: Batch) -> Plan:
         return F.count(F.when(condition, 1))
 
     row = touched.agg(
-        total(N_EVENTS).alias("distinct"),
-        total(N_LATE).alias("late"),
-        total(N_STALE).alias("stale"),
-        count(changed & ~live).alias("tombstones_written"),
-        (count(changed & ~live & ~was_tombstone) - count(changed & live & was_tombstone)).alias(
-            "tombstone_delta"
-        ),
-        count(changed & col(CONFLICT)).alias("conflicts"),
-        count(changed).alias("changed"),
-        count(changed & ~col(OLD_EXISTS)).alias("new_keys"),
-        count(col(ACTION).isNotNull()).alias("actions"),
+        F.struct(
+            total(N_EVENTS).alias("distinct"),
+            total(N_LATE).alias("late"),
+            total(N_STALE).alias("stale"),
+            count(changed & ~live).alias("tombstones_written"),
+            (count(changed & ~live & ~was_tombstone) - count(changed & live & was_tombstone)).alias(
+                "tombstone_delta"
+            ),
+            count(changed & col(CONFLICT)).alias("conflicts"),
+            count(changed).alias("changed"),
+            count(changed & ~col(OLD_EXISTS)).alias("new_keys"),
+            count(col(ACTION).isNotNull()).alias("actions"),
+        ).alias("stats"),
+        # The MERGE's key bound: the keys with an action (listed if there can be few:
+        # with a truncate every stored key is touched).
+        *kb.aggregates(full.keys, col(ACTION).isNotNull(), listed=_few(batch)),
     ).first()
-    stats = row.asDict()
+    stats = row["stats"].asDict()
     late = None
     if stats["late"]:
         late = events.where(col(LATE)).select(
@@ -481,7 +499,11 @@ def plan(batch: Batch) -> Plan:
         ).localCheckpoint()
     return Plan(
         state_rows=full.select(touched.where(changed)),
-        merge=merge(spark, batch.names.target, layout, touched) if stats["actions"] else None,
+        merge=(
+            merge(spark, batch.names.target, layout, touched, kb.from_row(row, full.keys))
+            if stats["actions"]
+            else None
+        ),
         late=late,
         stats=stats,
         horizons=new_horizons,

@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
+from autocdc.engine import bound as kb
 from autocdc.engine import state as st
 from autocdc.engine import tables
 from autocdc.engine.batch import Batch, Plan
@@ -173,11 +174,13 @@ def merge(
     tracked: list[str],
     old_log: DataFrame,
     log: DataFrame,
+    keys_bound: kb.KeyBound,
 ) -> Callable[[], DataFrame]:
     """The MERGE that turns the touched keys' history as ``old_log`` gives it (what the
     target holds: the log describes the target) into the one ``log`` gives: versions that
     changed or are new are written, versions that are gone deleted, the rest not touched.
-    Nothing runs until called, and the target is not read but to MERGE."""
+    Nothing runs until called, and the target is not read but to MERGE, within
+    ``keys_bound`` (the touched keys')."""
     keys, values = layout.key_names, layout.value_names
     types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
     types |= {START_AT: layout.sequence, END_AT: layout.sequence}
@@ -197,7 +200,7 @@ def merge(
             .localCheckpoint()
         )
         q = tables.ident
-        on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in [*keys, START_AT])
+        on = kb.on_keys([*keys, START_AT], keys_bound)
         return (
             tables.delta_table(spark, target)
             .alias("t")
@@ -221,9 +224,11 @@ def plan(batch: Batch) -> Plan:
     keys = layout.key_names
     events = event_rows(batch.staged.changes, layout, batch.batch_id)
     logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
-    logged = logged.join(
-        events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi"
-    ).localCheckpoint()
+    logged = (
+        kb.restrict(logged, batch.counts.key_range)
+        .join(events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi")
+        .localCheckpoint()
+    )
     fields = {f.name: f.dataType for f in layout.schema().fields}
     logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
     compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
@@ -239,6 +244,8 @@ def plan(batch: Batch) -> Plan:
         F.count(F.lit(1)).alias("distinct"),
         F.count(F.when(col(NEW) & col(st.LIVE), 1)).alias("upserts"),
         F.count(F.when(col(NEW) & ~col(st.LIVE), 1)).alias("deletes"),
+        # The MERGE's key bound: the keys of new changes (listed if there can be few).
+        *kb.aggregates(layout.keys, col(NEW), listed=batch.counts.keyed <= kb.MAX_IN_LIST),
     ).first()
     new = row["upserts"] + row["deletes"]
     stats = {
@@ -257,5 +264,6 @@ def plan(batch: Batch) -> Plan:
         batch.tracked,
         old_log,
         old_log.unionByName(new_events),
+        kb.from_row(row, layout.keys),
     )
     return Plan(state_rows=new_events, merge=run if new else None, late=None, stats=stats)
