@@ -61,7 +61,7 @@ class Server:
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c wal_level=logical "
-            f"-c max_replication_slots=8 -c max_wal_senders={self.wal_senders} -c fsync=off "
+            f"-c max_replication_slots=32 -c max_wal_senders={self.wal_senders} -c fsync=off "
             "-c full_page_writes=off"
         )
         self._run(
