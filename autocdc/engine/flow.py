@@ -124,6 +124,10 @@ class AutoCdcFlow(FlowSpec):
         self._prepare_tables(spark, fitted)
         layout, names = fitted.layout, self._names
         committed = self._catch_up(spark, layout)
+        tuning.fit_to_size(
+            spark,
+            commit.table_bytes(spark, self.target) + commit.table_bytes(spark, self.state_table),
+        )
         steps.lap("prepare")
         stored = set(layout.key_names + layout.value_names)
         conformed = df.select(

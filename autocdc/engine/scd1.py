@@ -37,8 +37,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from autocdc.engine import bound as kb
+from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine import tables
 from autocdc.engine.batch import Batch, Plan
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
@@ -134,12 +134,7 @@ def classify(
     keyed = keyed.dropDuplicates([*keys, SEQ, OP, DEDUP]).withColumn(
         EV_HASH, F.xxhash64(col(DEDUP))
     )
-    olds = old_state.select(
-        *[col(k) for k in keys],
-        *[col(c).alias(old(c)) for c in (st.UPS, st.DEL, st.FLOOR, st.HASH)],
-        F.lit(True).alias(OLD_EXISTS),
-    )
-    events = with_bounds(keyed.join(olds, keys, "left"), bounds, layout)
+    events = with_bounds(keyed.join(_olds(old_state, layout), keys, "left"), bounds, layout)
     late = F.lit(False)
     if quarantine_late:
         no_state = col(OLD_EXISTS).isNull()
@@ -169,26 +164,51 @@ def classify(
     )
 
 
+def _old_columns(layout: st.Layout) -> list[str]:
+    """The state columns the reconcile compares the batch with."""
+    columns = [st.UPS, st.DEL, st.FLOOR, st.HASH, st.LIVE]
+    if layout.per_column_sequences:
+        columns += [st.column_seq(v) for v in layout.value_names]
+    return columns
+
+
+def _olds(old_state: DataFrame, layout: st.Layout) -> DataFrame:
+    """The stored state to join: keys, the compared columns as ``old(...)``, OLD_EXISTS."""
+    return old_state.select(
+        *[col(k) for k in layout.key_names],
+        *[col(c).alias(old(c)) for c in _old_columns(layout)],
+        F.lit(True).alias(OLD_EXISTS),
+    )
+
+
 def fold(
     events: DataFrame,
     old_state: DataFrame,
     bounds: DataFrame | None,
     layout: st.Layout,
     batch_id: int,
+    whole_state: bool,
 ) -> DataFrame:
     """The new state row of every key the batch touches, flagged CHANGED where it differs
-    from the stored one, with the target change and the key's event counts."""
+    from the stored one, with the target change and the key's event counts.
+    ``whole_state``: ``old_state`` also holds keys without events (a truncate touches
+    every key); else it holds the batch's keys only."""
     # A change at or below the key's stored delete is dead on arrival.
     dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False))
-    per_key = _fold_batch(events, ~col(LATE) & ~dead, layout)
-    return _combine(per_key, old_state, bounds, layout, batch_id)
+    # Each event carries its key's stored state (classify joined it): without keys beyond
+    # the batch's, the fold takes it along instead of joining the state a second time.
+    carried = [] if whole_state else [*[old(c) for c in _old_columns(layout)], OLD_EXISTS]
+    per_key = _fold_batch(events, ~col(LATE) & ~dead, layout, carried)
+    return _combine(per_key, old_state, bounds, layout, batch_id, whole_state)
 
 
-def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout) -> DataFrame:
+def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout, carried: list[str]) -> DataFrame:
     """Per key: the winning upsert (or per-column winners) and latest delete among the
-    ``ok`` events, and the counts of all of them."""
+    ``ok`` events, the counts of all of them, and the ``carried`` columns (the same in
+    every event of a key)."""
     is_upsert = ok & (col(OP) == UPSERT)
     aggs = [
+        *[F.first(col(c)).alias(c) for c in carried],
         F.count(F.when(ok, 1)).alias(N_OK),
         F.count(F.lit(1)).alias(N_EVENTS),
         F.count(F.when(col(LATE), 1)).alias(N_LATE),
@@ -226,18 +246,15 @@ def _combine(
     bounds: DataFrame | None,
     layout: st.Layout,
     batch_id: int,
+    whole_state: bool,
 ) -> DataFrame:
-    """Fold the batch's per-key result into the old state."""
+    """Fold the batch's per-key result into the old state: carried along in ``per_key``,
+    or (``whole_state``: keys without events too) joined with it."""
     keys, values = layout.key_names, layout.value_names
-    seq_columns = [st.UPS, st.DEL, st.FLOOR, st.HASH, st.LIVE]
-    if layout.per_column_sequences:
-        seq_columns += [st.column_seq(v) for v in values]
-    olds = old_state.select(
-        *[col(k) for k in keys],
-        *[col(c).alias(old(c)) for c in seq_columns],
-        F.lit(True).alias(OLD_EXISTS),
-    )
-    df = with_bounds(per_key.join(olds, keys, "full"), bounds, layout)
+    seq_columns = _old_columns(layout)
+    if whole_state:
+        per_key = per_key.join(_olds(old_state, layout), keys, "full")
+    df = with_bounds(per_key, bounds, layout)
     old_exists = F.coalesce(col(OLD_EXISTS), F.lit(False))
     old_live = F.coalesce(col(old(st.LIVE)), F.lit(False))
 
@@ -316,10 +333,11 @@ def merge(
     layout: st.Layout,
     changes: DataFrame,
     keys_bound: kb.KeyBound,
+    actions: int,
 ) -> Callable[[], DataFrame]:
-    """The target MERGE of the keys whose ACTION is set (not run until called); the
-    condition also bounds the target's keys by ``keys_bound`` (theirs), so that Delta
-    skips the files that cannot hold them."""
+    """The target MERGE of the ``actions`` keys whose ACTION is set (not run until
+    called), broadcast when they fit; the condition also bounds the target's keys by
+    ``keys_bound`` (theirs), so that Delta skips the files that cannot hold them."""
     keys, values = layout.key_names, layout.value_names
     q = tables.ident
     flags = (
@@ -330,6 +348,7 @@ def merge(
     source = changes.where(col(ACTION).isNotNull()).select(
         *[col(c) for c in [*keys, *values, ACTION, *flags]]
     )
+    source = sizing.small(source, actions)
     on = kb.on_keys(keys, keys_bound)
     is_upsert = f"s.{ACTION} = '{ACT_UPSERT}'"
     if layout.per_column_sequences:
@@ -442,19 +461,24 @@ def plan(batch: Batch) -> Plan:
         none = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
         bounds = horizons(batch.meta.horizons, none)
     old_state = st.state_rows(spark, batch.names.state)
-    if not batch.counts.truncates:  # key-pruned: only the state of keys in this batch
+    whole_state = bool(batch.counts.truncates)
+    if not whole_state:  # key-pruned: only the state of keys in this batch
         old_state = kb.restrict(old_state, batch.counts.key_range)  # filtered in the scan
         batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
-        old_state = old_state.join(batch_keys.distinct(), keys, "left_semi")
-    # Read once: the reconcile joins it twice (classify, fold).
-    old_state = st.current(old_state, keys).localCheckpoint()
+        batch_keys = sizing.small(batch_keys.distinct(), batch.counts.keyed)
+        old_state = old_state.join(batch_keys, keys, "left_semi")
+    old_state = st.current(old_state, keys)
+    if whole_state or layout.grouped:  # read once: joined twice (classify, fold or regroup)
+        old_state = old_state.localCheckpoint()
+    else:  # joined once, at most a row per batch key
+        old_state = sizing.small(old_state, batch.counts.keyed)
     full, view = layout, old_state
     if full.grouped:  # the batch's group alone, on its own clock
         layout, view = full.group_layout(), group_view(old_state, full)
     events = classify(
         staged.changes, view, bounds, layout, batch.spec.late_beyond_horizon == "quarantine"
     )
-    touched = fold(events, view, bounds, layout, batch.batch_id)
+    touched = fold(events, view, bounds, layout, batch.batch_id, whole_state)
     if full.grouped:
         touched = regroup(touched, old_state, full)
     touched = touched.localCheckpoint()
@@ -500,7 +524,14 @@ def plan(batch: Batch) -> Plan:
     return Plan(
         state_rows=full.select(touched.where(changed)),
         merge=(
-            merge(spark, batch.names.target, layout, touched, kb.from_row(row, full.keys))
+            merge(
+                spark,
+                batch.names.target,
+                layout,
+                touched,
+                kb.from_row(row, full.keys),
+                stats["actions"],
+            )
             if stats["actions"]
             else None
         ),

@@ -27,8 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
 from autocdc.engine import bound as kb
+from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine import tables
 from autocdc.engine.batch import Batch, Plan
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
@@ -224,9 +224,10 @@ def plan(batch: Batch) -> Plan:
     keys = layout.key_names
     events = event_rows(batch.staged.changes, layout, batch.batch_id)
     logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
+    batch_keys = sizing.small(events.select(*[col(k) for k in keys]).distinct(), batch.counts.keyed)
     logged = (
         kb.restrict(logged, batch.counts.key_range)
-        .join(events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi")
+        .join(batch_keys, keys, "left_semi")
         .localCheckpoint()
     )
     fields = {f.name: f.dataType for f in layout.schema().fields}
@@ -256,7 +257,8 @@ def plan(batch: Batch) -> Plan:
         "upserted": row["upserts"],
         "deleted": row["deletes"],
     }
-    old_log = logged.join(new_events.select(*[col(k) for k in keys]).distinct(), keys, "left_semi")
+    new_keys = sizing.small(new_events.select(*[col(k) for k in keys]).distinct(), new)
+    old_log = logged.join(new_keys, keys, "left_semi")
     run = merge(
         spark,
         batch.names.target,

@@ -1,10 +1,15 @@
 """The SQL settings the engine's own work runs under, and only it.
 
 A micro-batch is a few rows through a dozen small queries, most of them Delta's (its log
-replay, the MERGE's phases). Generating and compiling code for the projections outside
-whole-stage code cost more CPU than the rows: interpreted, 5 changes into a small table
-took 3.1 s a batch instead of 4.2 s, and the quick benchmark's SCD1 batch 4.6 s instead
-of 5.7 s (one machine, medians). Whole-stage code generation stays on.
+replay, the MERGE's phases). Into a small table, generating and compiling code for the
+projections outside whole-stage code cost more CPU than the rows: interpreted, 5 changes
+into a small table took 3.1 s a batch instead of 4.2 s, and the quick benchmark's SCD1
+batch 4.6 s instead of 5.7 s (one machine, medians). Into a large one it is the other
+way round: the MERGE runs its clauses over every row of the files it touches, and
+interpreted they doubled it (100 changes into 1M rows: 7.1 s instead of 3.8 s; an SCD1
+batch of 100k changes 23.8 s instead of 20.9 s). So a batch whose tables hold
+``COMPILED_FROM_BYTES`` or more runs with Spark's default (:func:`fit_to_size`).
+Whole-stage code generation stays on throughout.
 
 Only for the engine's queries, not as a session default: Spark 4.2's interpreted
 projections have a corner the tests found (``spark.catalog.listTables`` fails with
@@ -18,7 +23,10 @@ from contextlib import AbstractContextManager, contextmanager
 
 from pyspark.sql import SparkSession
 
-SETTINGS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+_FACTORY_MODE = "spark.sql.codegen.factoryMode"
+SETTINGS = {_FACTORY_MODE: "NO_CODEGEN"}
+# Tables (target and state together) from this size on run compiled: see above.
+COMPILED_FROM_BYTES = 16 * 1024 * 1024
 
 
 @contextmanager
@@ -43,3 +51,11 @@ def engine_settings(spark: SparkSession) -> AbstractContextManager[None]:
     """``SETTINGS`` while the engine's block runs (another thread's query at that moment
     runs interpreted too, which changes its speed, not its result)."""
     return session_conf(spark, SETTINGS)
+
+
+def fit_to_size(spark: SparkSession, table_bytes: int) -> None:
+    """Inside :func:`engine_settings`: compile again (Spark's default) when the batch's
+    tables hold ``table_bytes`` of at least ``COMPILED_FROM_BYTES``; the block's end
+    restores the session's own setting either way."""
+    if table_bytes >= COMPILED_FROM_BYTES:
+        spark.conf.set(_FACTORY_MODE, "FALLBACK")
