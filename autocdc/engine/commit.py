@@ -111,12 +111,6 @@ def table_version(spark: SparkSession, name: str) -> int:
     return int(_snapshot(spark, name).version())
 
 
-def table_bytes(spark: SparkSession, name: str) -> int:
-    """Table ``name``'s size: its current files' bytes (from Delta's checksum of the
-    version, so no Spark job)."""
-    return int(_snapshot(spark, name).sizeInBytes())
-
-
 def committed_version(spark: SparkSession, name: str, app_id: str) -> int:
     """The last ``txnVersion`` of ``app_id`` committed to table ``name`` (0: none).
 

@@ -124,10 +124,6 @@ class AutoCdcFlow(FlowSpec):
         self._prepare_tables(spark, fitted)
         layout, names = fitted.layout, self._names
         committed = self._catch_up(spark, layout)
-        tuning.fit_to_size(
-            spark,
-            commit.table_bytes(spark, self.target) + commit.table_bytes(spark, self.state_table),
-        )
         steps.lap("prepare")
         stored = set(layout.key_names + layout.value_names)
         conformed = df.select(
@@ -152,6 +148,7 @@ class AutoCdcFlow(FlowSpec):
                 meta=self._meta_at(spark, layout),
                 batch_id=committed + 1,
             )
+            tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)
             plan = STRATEGIES[self.stored_as_scd_type](batch)
             steps.lap("plan")
             crash_point("after_stage")

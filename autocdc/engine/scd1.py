@@ -128,8 +128,12 @@ def classify(
     keys = layout.key_names
     # Exact duplicates: a delete is its key and sequence, an upsert also its values (and,
     # on a partial target, the columns it sets).
-    keyed = changes.where(col(OP) != TRUNCATE).withColumn(
-        DEDUP, F.when(col(OP) == UPSERT, layout.identity())
+    # Spread by key once: the deduplication and the fold's per-key aggregate then need no
+    # shuffle of their own (each groups by the keys and more).
+    keyed = (
+        changes.where(col(OP) != TRUNCATE)
+        .repartition(*[col(k) for k in keys])
+        .withColumn(DEDUP, F.when(col(OP) == UPSERT, layout.identity()))
     )
     keyed = keyed.dropDuplicates([*keys, SEQ, OP, DEDUP]).withColumn(
         EV_HASH, F.xxhash64(col(DEDUP))
@@ -216,10 +220,12 @@ def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout, carried: list[
         F.max(F.when(is_upsert, col(SEQ))).alias(B_UPS),
         F.max(F.when(ok & (col(OP) == DELETE), col(SEQ))).alias(B_DEL),
         # Different upserts at one key and sequence in this batch: counted, then tie-broken.
-        (
-            F.countDistinct(F.when(is_upsert, F.struct(col(SEQ), col(EV_HASH))))
-            > F.countDistinct(F.when(is_upsert, col(SEQ)))
-        ).alias(CONFLICT),
+        # The events are distinct, so fewer sequences than upserts means two at one. (Two
+        # distinct counts made Spark expand every row three times: 1M rows took 7.8 s to
+        # fold instead of 5.5 s.)
+        (F.size(F.collect_set(F.when(is_upsert, col(SEQ)))) < F.count(F.when(is_upsert, 1))).alias(
+            CONFLICT
+        ),
     ]
     if layout.per_column_sequences:
         for f in layout.values:

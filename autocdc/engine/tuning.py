@@ -7,8 +7,10 @@ into a small table took 3.1 s a batch instead of 4.2 s, and the quick benchmark'
 batch 4.6 s instead of 5.7 s (one machine, medians). Into a large one it is the other
 way round: the MERGE runs its clauses over every row of the files it touches, and
 interpreted they doubled it (100 changes into 1M rows: 7.1 s instead of 3.8 s; an SCD1
-batch of 100k changes 23.8 s instead of 20.9 s). So a batch whose tables hold
-``COMPILED_FROM_BYTES`` or more runs with Spark's default (:func:`fit_to_size`).
+batch of 100k changes 23.8 s instead of 20.9 s). So a batch whose state and changes
+hold ``COMPILED_FROM_ROWS`` rows or more runs with Spark's default (:func:`fit_to_size`).
+Rows, not bytes: the state's meta counts them, which costs nothing, where a table's size
+in bytes cost a second a batch (Delta reconstructs the snapshot's state to sum it).
 Whole-stage code generation stays on throughout.
 
 Only for the engine's queries, not as a session default: Spark 4.2's interpreted
@@ -25,8 +27,8 @@ from pyspark.sql import SparkSession
 
 _FACTORY_MODE = "spark.sql.codegen.factoryMode"
 SETTINGS = {_FACTORY_MODE: "NO_CODEGEN"}
-# Tables (target and state together) from this size on run compiled: see above.
-COMPILED_FROM_BYTES = 16 * 1024 * 1024
+# From this many state rows and changes on, a batch runs compiled: see above.
+COMPILED_FROM_ROWS = 250_000
 
 
 @contextmanager
@@ -53,9 +55,9 @@ def engine_settings(spark: SparkSession) -> AbstractContextManager[None]:
     return session_conf(spark, SETTINGS)
 
 
-def fit_to_size(spark: SparkSession, table_bytes: int) -> None:
-    """Inside :func:`engine_settings`: compile again (Spark's default) when the batch's
-    tables hold ``table_bytes`` of at least ``COMPILED_FROM_BYTES``; the block's end
-    restores the session's own setting either way."""
-    if table_bytes >= COMPILED_FROM_BYTES:
+def fit_to_size(spark: SparkSession, rows: int) -> None:
+    """Inside :func:`engine_settings`: compile again (Spark's default) when a batch
+    handles ``rows`` (state rows and changes) of at least ``COMPILED_FROM_ROWS``; the
+    block's end restores the session's own setting either way."""
+    if rows >= COMPILED_FROM_ROWS:
         spark.conf.set(_FACTORY_MODE, "FALLBACK")
