@@ -55,6 +55,7 @@ B_UPS, B_DEL, B_VER, B_VAL = (
 )
 OLD_EXISTS, OLD_LIVE, CONFLICT = "__autocdc_o_exists", "__autocdc_o_live", "__autocdc_conflict"
 CHANGED, ACTION, TIE = "__autocdc_changed", "__autocdc_action", "__autocdc_tie"
+NEW_TIE, HELD_TIE = "__autocdc_new_tie", "__autocdc_held_tie"  # settling ties
 OTHER_LIVE = "__autocdc_other_live"  # sequence groups: another group keeps the key live
 ACT_DELETE, ACT_UPSERT = "D", "U"
 # Per key: events folded, events in all, late and stale ones (the batch's metrics).
@@ -340,10 +341,17 @@ def merge(
     changes: DataFrame,
     keys_bound: kb.KeyBound,
     actions: int,
+    ties: int,
 ) -> Callable[[], DataFrame]:
     """The target MERGE of the ``actions`` keys whose ACTION is set (not run until
     called), broadcast when they fit; the condition also bounds the target's keys by
-    ``keys_bound`` (theirs), so that Delta skips the files that cannot hold them."""
+    ``keys_bound`` (theirs), so that Delta skips the files that cannot hold them.
+
+    Unless the target is partial, no clause reads the target's values: a clause that
+    does makes Delta read every column of every file the MERGE touches (100 changes into
+    1M rows: 2.8-4.5 s instead of 2.2-2.6 s). The ``ties`` upserts that tie the stored
+    winner's sequence are settled before it (:func:`_settle_ties`), and an upsert whose
+    values equal the row's is written anyway, the same row again."""
     keys, values = layout.key_names, layout.value_names
     q = tables.ident
     flags = (
@@ -372,15 +380,14 @@ def merge(
         update_condition = is_upsert
     else:
         update_set = {q(v): f"s.{q(v)}" for v in values}
-        same = " AND ".join(st.same_sql(f.name, f.dataType) for f in layout.values) or "TRUE"
-        wins = f"(NOT s.{TIE} OR {layout.tie_sql('s')} > {layout.tie_sql('t')})"
-        update_condition = f"{is_upsert} AND {wins} AND NOT ({same})"
+        update_condition = is_upsert
 
     def run() -> DataFrame:
+        settled = _settle_ties(spark, target, layout, source) if ties else source
         return (
             tables.delta_table(spark, target)
             .alias("t")
-            .merge(source.alias("s"), on)
+            .merge(settled.alias("s"), on)
             .whenMatchedDelete(condition=f"s.{ACTION} = '{ACT_DELETE}'")
             .whenMatchedUpdate(condition=update_condition, set=update_set)
             .whenNotMatchedInsert(
@@ -390,6 +397,24 @@ def merge(
         )
 
     return run
+
+
+def _settle_ties(
+    spark: SparkSession, target: str, layout: st.Layout, source: DataFrame
+) -> DataFrame:
+    """``source`` without the tied upserts that lose to the row the target holds (the
+    greater row wins, compared in the declared tie order). Ties are rare: their keys'
+    rows are read on their own, and the MERGE reads no value of the target."""
+    keys = [col(k) for k in layout.key_names]
+    tied = source.where(col(TIE) & (col(ACTION) == ACT_UPSERT)).select(
+        *keys, layout.tie().alias(NEW_TIE)
+    )
+    held = tables.read(spark, target).select(*keys, layout.tie().alias(HELD_TIE))
+    wins = F.coalesce(col(NEW_TIE) > col(HELD_TIE), F.lit(False))
+    losers = (
+        held.join(F.broadcast(tied), layout.key_names).where(~wins).select(*keys).localCheckpoint()
+    )
+    return source.join(F.broadcast(losers), layout.key_names, "left_anti")
 
 
 def _group_live(group: str) -> Column:
@@ -490,6 +515,9 @@ def plan(batch: Batch) -> Plan:
     touched = touched.localCheckpoint()
 
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
+    # Upserts the MERGE must settle against the target's row (not on a partial target:
+    # its MERGE compares per column).
+    tied = F.lit(False) if layout.per_column_sequences else col(TIE)
     was_tombstone = col(OLD_EXISTS) & ~old_live
 
     def total(name: str) -> Column:
@@ -511,6 +539,7 @@ def plan(batch: Batch) -> Plan:
             count(changed).alias("changed"),
             count(changed & ~col(OLD_EXISTS)).alias("new_keys"),
             count(col(ACTION).isNotNull()).alias("actions"),
+            count(col(ACTION).isNotNull() & tied).alias("ties"),
         ).alias("stats"),
         # The MERGE's key bound: the keys with an action (listed if there can be few:
         # with a truncate every stored key is touched).
@@ -537,6 +566,7 @@ def plan(batch: Batch) -> Plan:
                 touched,
                 kb.from_row(row, full.keys),
                 stats["actions"],
+                stats["ties"],
             )
             if stats["actions"]
             else None
