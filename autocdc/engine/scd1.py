@@ -19,9 +19,10 @@ group is.
 
 The state keeps sequences, not values; a live key's values are the target's. So an upsert
 that ties the stored winner's sequence cannot be settled here: if its hash equals the
-stored winner's it is a duplicate, else it goes to the target MERGE flagged as a tie, and
-the MERGE compares it with the row the target holds. Both tied changes are thus judged
-by the same rule whether they arrive in one batch or in two.
+stored winner's it is a duplicate, else it is flagged as a tie and compared with the row
+the target holds, read for the tied keys just before the MERGE (on a partial target, in
+the MERGE, per column). Both tied changes are thus judged by the same rule whether they
+arrive in one batch or in two.
 
 One pass yields, per touched key, the new state row, whether it changed, the change the
 target needs (``ACTION``: delete, or upsert with per-column instructions) and the key's

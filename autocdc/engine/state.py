@@ -137,11 +137,6 @@ def comparable_sql(name: str, data_type: DataType, alias: str) -> str:
     return f"to_json({ref})" if has_map(data_type) else ref
 
 
-def same_sql(name: str, data_type: DataType, left: str = "t", right: str = "s") -> str:
-    """SQL: column ``name`` of ``left`` equals that of ``right``, NULL-safe (maps as JSON)."""
-    return f"{comparable_sql(name, data_type, left)} <=> {comparable_sql(name, data_type, right)}"
-
-
 @dataclass(frozen=True)
 class Layout:
     """A flow's columns: keys and values (the target's, in its stored order), the order
@@ -226,11 +221,6 @@ class Layout:
                 for f in self.tie_fields
             ]
         )
-
-    def tie_sql(self, alias: str) -> str:
-        """SQL of :meth:`tie` over the columns of ``alias``."""
-        fields = [comparable_sql(f.name, f.dataType, alias) for f in self.tie_fields]
-        return f"struct({', '.join(fields)})"
 
     def schema(self) -> StructType:
         seq = self.sequence
