@@ -384,7 +384,7 @@ def merge(
         update_condition = is_upsert
 
     def run() -> DataFrame:
-        settled = _settle_ties(spark, target, layout, source) if ties else source
+        settled = _settle_ties(spark, target, layout, source, ties) if ties else source
         return (
             tables.delta_table(spark, target)
             .alias("t")
@@ -401,10 +401,10 @@ def merge(
 
 
 def _settle_ties(
-    spark: SparkSession, target: str, layout: st.Layout, source: DataFrame
+    spark: SparkSession, target: str, layout: st.Layout, source: DataFrame, ties: int
 ) -> DataFrame:
-    """``source`` without the tied upserts that lose to the row the target holds (the
-    greater row wins, compared in the declared tie order). Ties are rare: their keys'
+    """``source`` without the ``ties`` tied upserts that lose to the row the target holds
+    (the greater row wins, compared in the declared tie order). Ties are rare: their keys'
     rows are read on their own, and the MERGE reads no value of the target."""
     keys = [col(k) for k in layout.key_names]
     tied = source.where(col(TIE) & (col(ACTION) == ACT_UPSERT)).select(
@@ -413,9 +413,12 @@ def _settle_ties(
     held = tables.read(spark, target).select(*keys, layout.tie().alias(HELD_TIE))
     wins = F.coalesce(col(NEW_TIE) > col(HELD_TIE), F.lit(False))
     losers = (
-        held.join(F.broadcast(tied), layout.key_names).where(~wins).select(*keys).localCheckpoint()
+        held.join(sizing.small(tied, ties), layout.key_names)
+        .where(~wins)
+        .select(*keys)
+        .localCheckpoint()
     )
-    return source.join(F.broadcast(losers), layout.key_names, "left_anti")
+    return source.join(sizing.small(losers, ties), layout.key_names, "left_anti")
 
 
 def _group_live(group: str) -> Column:

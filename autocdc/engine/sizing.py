@@ -3,10 +3,11 @@
 The engine runs with adaptive execution off (see defaults/spark-defaults.conf), so Spark
 picks each join's strategy from its plan-time size estimates, and ours are poor: a
 filtered or joined state read, or a checkpointed reconcile, is estimated at the size of
-everything under it. A MERGE of 100 changes into a 1M-row target was then planned as a
-sort-merge join that shuffled the whole target twice (9.5 s where the bare MERGE took
-4.3 s). The engine does know how many rows such a side holds (its counts aggregate ran
-already), so it hints the broadcast itself when that many rows fit.
+everything under it. The engine does know how many rows such a side holds (its counts and
+stats aggregates ran already), so it hints the broadcast itself when that many rows fit.
+Measured at 1M rows, the hints took the SCD1 MERGE step from 12.8 s to 11.0 s (100k
+changes) and 9.5 s to 8.2 s (100 changes), one run each; each broadcast is a Spark job.
+An unbounded hint could exhaust the driver, hence the size check.
 """
 
 from __future__ import annotations
