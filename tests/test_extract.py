@@ -24,9 +24,10 @@ from pgserver import Server
 from test_lock import start_holder
 from test_pipelines import run, write_project
 
+from autocdc import AutoCdcFlow
 from autocdc.pipelines import cli
 from autocdc.pipelines.checkpoint import FILE, CheckpointFile
-from autocdc.pipelines.errors import PipelineDefinitionError
+from autocdc.pipelines.errors import FlowAnalysisError, PipelineDefinitionError
 from autocdc.pipelines.extraction import LEASES, STAGING, Extracted, Reader, Step
 from autocdc.sources import extract, pgextract
 from autocdc.sources.errors import (
@@ -274,7 +275,7 @@ def _step(tmp_path: Path, src: Extraction, flow: str = "f") -> Step:
     )
 
 
-def _collect(df):
+def _collect(df, read=None):
     return sorted((tuple(r) for r in df.collect()), key=repr)
 
 
@@ -298,7 +299,7 @@ def test_stateless_reads_every_row_in_scope_each_run_typed_as_the_table_implies(
         partitions=["id % 2 = 0", "id % 2 = 1 AND note LIKE 'a%'", "note IS NULL AND id = 1"],
     )
     step = _step(tmp_path, stateless)
-    done = step.run(spark, ExtractionOptions(), lambda df: (df.dtypes, _collect(df)))
+    done = step.run(spark, ExtractionOptions(), lambda df, _: (df.dtypes, _collect(df)))
     dtypes, rows = done.result
     assert dtypes == [
         ("id", "bigint"),
@@ -395,7 +396,7 @@ def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_sta
     monkeypatch.setattr(pgextract, "read_batch", failing(99))
     applied = []
     with pytest.raises(BatchFailedError) as failed:
-        step.run(spark, options, applied.append)
+        step.run(spark, options, lambda df, _: applied.append(df))
     assert failed.value.params["attempts"] == 2  # retries=0 is clamped to 1
     assert failed.value.params["batch"] == 2 and failed.value.params["batches"] == 2
     assert len(failures) == 2 and applied == []
@@ -546,3 +547,102 @@ def test_a_snapshot_flow_over_a_watermark_source_is_refused(spark, pg, tmp_path,
         run(spark, spec)
     assert "strategy='STATELESS'" in str(refused.value)
     assert not (tmp_path / "storage").exists()
+
+
+TIED_READS = """
+from autocdc import pipelines as dp
+
+dp.create_extraction_source(name="items_src", dsn="DSN", table="tied_items",
+                            cdc_order=["updated_at"])
+for scd in (1, 2):
+    for seq in ("updated_at", None):
+        target = "items_" + str(scd) + ("_seq" if seq else "_read")
+        dp.create_streaming_table(target)
+        dp.create_auto_cdc_flow(target=target, source="items_src", keys=["id"],
+                                sequence_by=seq, stored_as_scd_type=scd,
+                                apply_as_deletes="deleted", except_column_list=["deleted"])
+"""
+
+
+def test_a_row_read_again_at_an_equal_sequence_ends_as_the_table_holds_it(
+    spark, pg, tmp_path, new_table
+):
+    """A coarse clock: row 111 changes twice in one tick of ``updated_at``. The second run
+    reads it again (the predicate is ``>=``), and the later read wins over the greater row,
+    whether the flow declares ``sequence_by`` or is sequenced by the read alone; a third
+    run, which reads the tied row once more unchanged, adds no version."""
+    pg.execute(
+        "CREATE TABLE tied_items (id bigint PRIMARY KEY, name text, qty int, "
+        "price numeric(10,2), updated_at timestamptz, deleted boolean);"
+        "INSERT INTO tied_items VALUES "
+        "(111, 'lamp', 3, 84.06, '2026-12-01 08:00:00+00', false),"
+        "(112, 'desk', 1, 120.00, '2026-12-01 07:00:00+00', false)"
+    )
+    database = new_table("tied_reads")
+    spec = write_project(tmp_path, database, {"flow.py": TIED_READS.replace("DSN", pg.dsn)})
+    targets = [f"items_{scd}_{how}" for scd in (1, 2) for how in ("seq", "read")]
+    traffic = [
+        "",
+        "UPDATE tied_items SET price = price * -1, updated_at = '2026-12-01 08:00:00+00' "
+        "WHERE id = 111",
+        "",
+    ]
+    for sql in traffic:
+        if sql:
+            pg.execute(sql)
+        run(spark, spec)
+        held = sorted(pg.query("SELECT id, name, qty, price FROM tied_items"))
+        for target in targets:
+            rows = spark.table(f"{database}.{target}")
+            if target.startswith("items_2"):
+                rows = rows.where("__END_AT IS NULL")
+            got = sorted(tuple(r) for r in rows.select("id", "name", "qty", "price").collect())
+            assert got == held, target
+    assert dict((r[0], r[3]) for r in held)[111] == Decimal("-84.06")
+    for how in ("seq", "read"):
+        history = spark.table(f"{database}.items_2_{how}").where("id = 111")
+        versions = history.orderBy("__START_AT").select("price", "__START_AT", "__END_AT")
+        versions = [tuple(r) for r in versions.collect()]
+        assert [v[0] for v in versions] == [Decimal("84.06"), Decimal("-84.06")], how
+        (_, first_start, first_end), (_, second_start, second_end) = versions
+        assert first_end == second_start and second_end is None
+        if how == "seq":  # the flow's own sequence first, then the read's
+            assert first_start["updated_at"] == second_start["updated_at"]
+            assert first_start["__autocdc_read"] < second_start["__autocdc_read"]
+        else:  # the read's time: the first read's before the second's
+            assert isinstance(first_start, datetime) and first_start < second_start
+
+
+def test_a_target_sequenced_before_reads_were_is_refused_until_a_full_refresh(
+    spark, pg, tmp_path, new_table
+):
+    """A target an extraction flow built when only ``sequence_by`` ordered it: its stored
+    sequence type is not the flow's now, so the run is refused, naming the full refresh
+    that rebuilds it from the table."""
+    pg.execute(
+        "CREATE TABLE old_items (id bigint PRIMARY KEY, price numeric(10,2), "
+        "updated_at timestamptz, deleted boolean);"
+        "INSERT INTO old_items VALUES (1, 2.50, '2026-12-01 08:00:00+00', false)"
+    )
+    database = new_table("old_reads")
+    text = TIED_READS.replace("DSN", pg.dsn).replace("tied_items", "old_items")
+    text = text.replace("for scd in (1, 2):", "for scd in (1,):")
+    text = text.replace('for seq in ("updated_at", None):', 'for seq in ("updated_at",):')
+    spec = write_project(tmp_path, database, {"flow.py": text})
+    before = spark.createDataFrame(
+        [(1, Decimal("2.50"), datetime(2026, 12, 1, 8), False)],
+        "id bigint, price decimal(10,2), updated_at timestamp, deleted boolean",
+    )
+    AutoCdcFlow(
+        target=f"{database}.items_1_seq",
+        keys=["id"],
+        sequence_by="updated_at",
+        apply_as_deletes="deleted",
+        except_column_list=["deleted"],
+    ).apply(before)
+    with pytest.raises(FlowAnalysisError, match="AUTOCDC_DEFINITION_CHANGED") as refused:
+        run(spark, spec)
+    assert "`autocdc run --full-refresh items_1_seq`" in str(refused.value)
+    run(spark, spec, full_refresh={"items_1_seq"})
+    rows = spark.table(f"{database}.items_1_seq").select("id", "price").collect()
+    assert [tuple(r) for r in rows] == [(1, Decimal("2.50"))]

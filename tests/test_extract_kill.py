@@ -75,8 +75,10 @@ def _check(spark, database: str, now: list[Change], seen: list[Change]) -> None:
         "status",
         "amount",
         at,
-        F.date_format("__START_AT", MICROS),
-        F.date_format("__END_AT", MICROS),
+        # Sequenced by updated_at, then by the read (docs/sources.md): the versions are
+        # the fold's by updated_at.
+        F.date_format("__START_AT.updated_at", MICROS),
+        F.date_format("__END_AT.updated_at", MICROS),
     )
     got = {(r[0], tuple(r[1:5]), r[5], r[6]) for r in history.collect()}
     assert got == fold_scd2(seen)

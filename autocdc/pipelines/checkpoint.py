@@ -6,11 +6,15 @@ merged accumulator, :func:`extract.dumps`), and the rows and batches of the run 
 wrote it. It is replaced atomically (a private file, flushed, then renamed over it), so a
 kill leaves the previous checkpoint or the next, never a torn one; a full refresh removes
 it with the folder.
+
+``extraction-read`` beside it holds the sequence of the flow's last read (see
+:meth:`CheckpointFile.next_read`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +24,25 @@ from autocdc.sources import extract
 from autocdc.sources.errors import ExtractionChangedError
 
 FILE = "extraction.json"
+READ = "extraction-read"
 FORMAT = 1
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` atomically: a private file, flushed, renamed over it, and the
+    rename itself made to survive a crash of the machine."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(partial, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(partial, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class CheckpointFile:
@@ -56,15 +78,18 @@ class CheckpointFile:
             "batches": batches,
             "written": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(f".{FILE}.{uuid.uuid4().hex}.tmp")
-        with open(partial, "w") as out:
-            out.write(extract.dumps(record, source.name))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, self.path)
-        folder = os.open(self.path.parent, os.O_RDONLY)
-        try:  # the rename itself survives a crash of the machine
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        _replace(self.path, extract.dumps(record, source.name))
+
+    def next_read(self) -> int:
+        """The sequence of the read a run is about to make: microseconds since the epoch,
+        above every read of the flow before it. Written before the read, so a run killed
+        after applying its rows leaves its number taken, and a later read always sorts
+        after an earlier one, whatever the clock did in between."""
+        stored = self.path.with_name(READ)
+        try:
+            last = int(stored.read_text())
+        except FileNotFoundError:
+            last = 0
+        read = max(time.time_ns() // 1000, last + 1)
+        _replace(stored, str(read))
+        return read

@@ -9,13 +9,16 @@ flow that takes a batch DataFrame):
    :mod:`autocdc.pipelines.lock` lease): one run per source at a time, a second one is
    refused, and the lease of a run that died is taken over by the next;
 2. read the flow's checkpoint (:mod:`autocdc.pipelines.checkpoint`) and plan the run's
-   batches from it (:func:`extract.plan`);
+   batches from it (:func:`extract.plan`); take the read's sequence, above every read of
+   the flow before (:meth:`CheckpointFile.next_read`);
 3. read the batches, up to ``max_concurrency`` at once, each attempt into a fresh sink
    (memory, or staged files); a failed batch is read again up to ``retries`` times, after
    which the run fails;
 4. merge the batches' accumulators into the next checkpoint, in plan order, and check
    that it can be stored, before anything is written;
-5. apply every row read, as one batch;
+5. apply every row read, as one batch, with the read's sequence (a later read of a row
+   sees a state at least as new: :func:`autocdc.pipelines.graph.engine_flow` orders the
+   changes by it after the flow's own ``sequence_by``);
 6. only then replace the checkpoint (unless the run read no row: it is kept);
 7. sweep the staged files and release the lease, also when the run failed.
 
@@ -39,9 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from autocdc import AutoCdcError
+from autocdc.engine.spec import ColumnOrSql, to_column
+from autocdc.engine.tables import ident
 from autocdc.pipelines import lock
 from autocdc.pipelines.checkpoint import CheckpointFile
 from autocdc.sources import extract, pgextract, staging
@@ -52,11 +58,27 @@ STAGING = "extraction-staging"  # in the flow's checkpoint folder
 LEASES = "extractions"  # in the pipeline's storage folder
 MAX_BACKOFF_SECONDS = 5.0
 SAID = 200  # characters of a checkpoint in the run's output
+READ_FIELD = "__autocdc_read"  # the read's time, in an extraction flow's sequence
 
 
 def frame(spark: SparkSession, source: extract.Extraction) -> DataFrame:
     """The source's typed columns and no rows: what a flow's definition is checked with."""
     return staging.frame(spark, [], pgextract.describe(source).schema(source.columns))
+
+
+def sequence(sequence_by: ColumnOrSql | list[str] | None, read: int) -> Column:
+    """What orders an extraction flow's changes: the flow's ``sequence_by``, then the read
+    (``read``: :meth:`CheckpointFile.next_read`). The source knows more than a column does:
+    a later read of a row sees a state at least as new, so two reads at one
+    ``sequence_by`` value (a coarse clock, two writes in one tick) are settled by the order
+    of the reads, not by the greater row. Without ``sequence_by``, the read alone (its
+    time: an SCD type 2 version starts when the read saw it)."""
+    at = F.timestamp_micros(F.lit(read)).alias(READ_FIELD)
+    if sequence_by is None:
+        return at
+    if isinstance(sequence_by, list):
+        return F.struct(*[F.col(ident(c)).alias(c) for c in sequence_by], at)
+    return F.struct(to_column(sequence_by), at)
 
 
 def _quiet(message: str) -> None:
@@ -105,7 +127,7 @@ class Step:
         self,
         spark: SparkSession,
         options: extract.ExtractionOptions,
-        apply: Callable[[DataFrame], T],
+        apply: Callable[[DataFrame, int], T],
     ) -> Extracted[T]:
         refused = functools.partial(SourceLockedError, source=self.source.name)
         leases = self.storage / LEASES
@@ -122,7 +144,7 @@ class Step:
         self,
         spark: SparkSession,
         options: extract.ExtractionOptions,
-        apply: Callable[[DataFrame], T],
+        apply: Callable[[DataFrame, int], T],
         staged: Path,
     ) -> Extracted[T]:
         source = self.source
@@ -131,6 +153,7 @@ class Step:
         stored = store.read(source, self.flow, self.dataset)
         cursor = source.run_cursor()
         batches = extract.plan(source, cursor, stored)
+        read = store.next_read()
         reader = Reader(source, table, cursor, stored, options, staged, self.say)
         reads = reader.read_all(batches)
         rows = sum(r.rows for r in reads)
@@ -138,7 +161,8 @@ class Step:
         if source.keeps_checkpoint:
             checkpoint = extract.advance(cursor, [r.acc for r in reads]) if rows else stored
             extract.dumps(checkpoint, source.name)  # refused now, before anything is written
-        result = apply(staging.frame(spark, [r.part for r in reads], table.schema(source.columns)))
+        got = staging.frame(spark, [r.part for r in reads], table.schema(source.columns))
+        result = apply(got, read)
         advanced = source.keeps_checkpoint and rows > 0 and checkpoint != stored
         if advanced:
             store.write(source, checkpoint, rows, len(batches))

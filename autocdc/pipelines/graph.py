@@ -111,8 +111,15 @@ def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
     return df
 
 
-def engine_flow(flow: CdcFlow, target: str) -> AutoCdcFlow:
-    return AutoCdcFlow(target=target, name=flow.name, **flow.options)
+def engine_flow(flow: CdcFlow, target: str, read: int = 0) -> AutoCdcFlow:
+    """The engine's flow for ``flow``. Over an extraction source its changes are ordered
+    by ``sequence_by`` and then by the run's ``read`` (:func:`extraction.sequence`; 0 when
+    no read is applied: the definition checks need only its type)."""
+    options = flow.options
+    if flow.extraction is not None:
+        by = extraction.sequence(options.get("sequence_by"), read)
+        options = {**options, "sequence_by": by}
+    return AutoCdcFlow(target=target, name=flow.name, **options)
 
 
 def snapshot_flow(flow: SnapshotFlow, target: str) -> AutoCdcSnapshotFlow:

@@ -245,7 +245,8 @@ class Runner:
         else:  # a STATELESS extraction: this run's read is the next snapshot
             step = self._step(flow.name, flow.extraction, dataset.name)
             chosen = resolve_options(options.extract, None, flow.extraction.options)
-            step.run(self.spark, chosen, lambda df: self._snapshot_view(engine, df, applied))
+            # A snapshot is numbered by run: the read's own sequence is not needed.
+            step.run(self.spark, chosen, lambda df, _: self._snapshot_view(engine, df, applied))
         self._stopped(flow.name, target)
 
     def _snapshot_view(
@@ -285,11 +286,11 @@ class Runner:
                     flow=flow.name, recorded=recorded, location=location, dataset=dataset.name
                 )
             if isinstance(flow, CdcFlow):
-                engine = g.engine_flow(flow, target)
                 if flow.extraction is not None:
-                    self._extract(flow, dataset, target, options, engine.apply)
+                    self._extract(flow, dataset, target, options)
                     self._stopped(flow.name, target)
                     return None
+                engine = g.engine_flow(flow, target)
                 if not df.isStreaming:  # a batch source: the whole table is one batch
                     self._applied(flow.name, target, self._apply(engine.apply, df), None)
                     if flow.once:
@@ -317,15 +318,18 @@ class Runner:
         dataset: Dataset,
         target: str,
         run: Options,
-        apply: Callable[[DataFrame], BatchMetrics],
     ) -> None:
-        """One run of a flow that reads an extraction source: its rows read, applied by
-        ``apply`` as one batch, then its checkpoint moved (:mod:`extraction`)."""
+        """One run of a flow that reads an extraction source: its rows read, applied as one
+        batch in the order of the read, then its checkpoint moved (:mod:`extraction`)."""
         source = flow.extraction
         assert source is not None
         step = self._step(flow.name, source, dataset.name)
         options = resolve_options(run.extract, flow.extract_options, source.options)
-        done = step.run(self.spark, options, lambda df: self._apply(apply, df))
+
+        def apply(df: DataFrame, read: int) -> BatchMetrics:
+            return self._apply(g.engine_flow(flow, target, read).apply, df)
+
+        done = step.run(self.spark, options, apply)
         self._applied(flow.name, target, done.result, None, [done.position(source.name)])
 
     def _step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step:
