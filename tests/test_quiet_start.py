@@ -16,7 +16,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from test_crash import ROOT
 
-from autocdc.engine import archive, jars
+from autocdc.engine import archive, jars, session
 from autocdc.pipelines import cli
 
 NOISE = ("::", "resolving", "downloading", "artifacts", "log4j", "WARN", "JVM stacktrace")
@@ -67,6 +67,29 @@ def test_sessions_started_here_map_the_class_archive(spark):
 def test_coordinate_is_delta_pip_helpers():
     builder = configure_spark_with_delta_pip(SparkSession.builder)
     assert builder._options["spark.jars.packages"] == jars.coordinate()
+
+
+KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_a_users_jars_and_packages_are_added_to_deltas_never_instead(monkeypatch, installed):
+    """Following Spark's Kafka guide (``spark.jars.packages``) once dropped Delta's jars,
+    and the session failed with "Cannot find catalog plugin class ... DeltaCatalog"."""
+    local = [Path("/venv/jars/delta-spark.jar"), Path("/venv/jars/delta-storage.jar")]
+    monkeypatch.setattr(jars, "installed", lambda: local if installed else None)
+    settings = {"spark.jars.packages": f"{KAFKA}, ", "spark.jars": "/opt/mine.jar"}
+    session._add_delta_jars(settings)
+    if installed:
+        assert settings["spark.jars"] == ",".join(["/opt/mine.jar", *map(str, local)])
+        assert settings["spark.jars.packages"] == f"{KAFKA}, "  # ivy resolves the user's
+    else:
+        assert settings["spark.jars"] == "/opt/mine.jar"
+        assert settings["spark.jars.packages"] == f"{KAFKA},{jars.coordinate()}"
+    # Packages naming a Delta build choose Delta's version themselves.
+    own = {"spark.jars.packages": f"{KAFKA},io.delta:delta-spark_4.2_2.13:4.4.1"}
+    session._add_delta_jars(own)
+    assert own == {"spark.jars.packages": f"{KAFKA},io.delta:delta-spark_4.2_2.13:4.4.1"}
 
 
 class JavaError:

@@ -31,6 +31,7 @@ _DELTA_CONF = {
 }
 
 _WAREHOUSE = "spark.sql.warehouse.dir"
+DELTA_GROUP = "io.delta"
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
@@ -127,12 +128,15 @@ def spark_session(
 
 
 def _add_delta_jars(settings: dict[str, str]) -> None:
-    """Delta's jars: the virtualenv's files, else ivy resolves them (unless the settings
-    name packages themselves)."""
+    """Delta's jars beside the user's (``spark.jars``, ``spark.jars.packages``), never
+    instead of them, nor theirs instead of Delta's: the virtualenv's files, else ivy
+    resolves Delta's coordinate with the user's packages. Packages that name a Delta
+    build themselves (``io.delta:delta-spark_...``) choose Delta's version: none is added."""
     # Imported here, not at the top: `python -m autocdc.engine.jars` must be its first import.
     from autocdc.engine import jars
 
-    if "spark.jars.packages" in settings:
+    packages = [p.strip() for p in settings.get("spark.jars.packages", "").split(",") if p.strip()]
+    if any(p.startswith(f"{DELTA_GROUP}:delta-spark_") for p in packages):
         return
     local = jars.installed()
     if local is None:
@@ -140,7 +144,7 @@ def _add_delta_jars(settings: dict[str, str]) -> None:
             "autocdc: Delta's jars are not installed in this environment, so ivy resolves "
             "them at every start; run `python -m autocdc.engine.jars` once to skip that."
         )
-        settings["spark.jars.packages"] = jars.coordinate()
+        settings["spark.jars.packages"] = ",".join([*packages, jars.coordinate()])
         return
     settings["spark.jars"] = ",".join(
         filter(None, [settings.get("spark.jars"), *(str(jar) for jar in local)])
