@@ -38,8 +38,8 @@ from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.logs import log_file
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
-from autocdc.engine.session import spark_session
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
+from autocdc.sources import spark_session
 from autocdc.sources.debezium import debezium_changes, debezium_sequence
 from autocdc.sources.postgres import postgres_table
 

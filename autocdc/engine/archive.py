@@ -66,14 +66,14 @@ def java_option() -> str | None:
 def make() -> Path:
     """Start a session that records what it loads, apply a few batches, dump the archive."""
     # Imported here: a session is what this module makes, not what importing it needs.
-    import autocdc
+    from autocdc.engine.session import spark_session
 
     marker = jars.jar_dir() / MARKER
     marker.unlink(missing_ok=True)  # the session below must not map an old archive
     path().unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="autocdc-classes-") as scratch:
         root = Path(scratch)
-        spark = autocdc.spark_session(
+        spark = spark_session(
             warehouse=root / "warehouse",
             conf={
                 "spark.driver.extraJavaOptions": RECORD_OPTION,
@@ -91,7 +91,7 @@ def make() -> Path:
 
 def _workload(spark, root: Path) -> None:
     """What a pipeline run does: a streaming query applies change files, SCD type 1 and 2."""
-    import autocdc
+    from autocdc.engine.flow import AutoCdcFlow
 
     changes = root / "changes"
     changes.mkdir()
@@ -102,7 +102,7 @@ def _workload(spark, root: Path) -> None:
     ]
     (changes / "1.json").write_text("\n".join(rows) + "\n")
     flows = [
-        autocdc.AutoCdcFlow(
+        AutoCdcFlow(
             target=f"scd{scd}",
             keys=["id"],
             sequence_by="seq",

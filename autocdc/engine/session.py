@@ -20,7 +20,6 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from autocdc import sources
 from autocdc.engine import logs, tables
 
 log = logging.getLogger("autocdc")
@@ -123,7 +122,6 @@ def spark_session(
     if level:
         spark.sparkContext.setLogLevel(level)
     tables.register_warehouse_tables(spark)
-    sources.register(spark)
     return spark
 
 

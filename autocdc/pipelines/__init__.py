@@ -25,8 +25,8 @@ from pyspark.pipelines.graph_element_registry import get_active_graph_element_re
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
 from pyspark.sql import SparkSession
 
-from autocdc import AutoCdcFlow, AutoCdcSnapshotFlow
-from autocdc.engine.snapshot import NextSnapshot
+from autocdc.engine.flow import AutoCdcFlow
+from autocdc.engine.snapshot import AutoCdcSnapshotFlow, NextSnapshot
 from autocdc.sources.extract import Batch as ExtractionBatch
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
@@ -173,8 +173,8 @@ def run(
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
     return the datasets in the order they ran. ``extract_options`` replace every
     extraction flow's and source's options for this run."""
-    from autocdc import spark_session
     from autocdc.pipelines import cli, project, runner
+    from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))
     spark = spark or spark_session(warehouse=loaded.warehouse, conf=loaded.configuration)

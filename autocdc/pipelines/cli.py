@@ -22,7 +22,8 @@ from pydantic import ValidationError
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from autocdc import AutoCdcError, log_file, spark_session
+from autocdc.engine.errors import AutoCdcError
+from autocdc.engine.logs import log_file
 from autocdc.pipelines import (
     ExtractionOptions,
     graph,
@@ -35,6 +36,7 @@ from autocdc.pipelines import (
     runner,
     scaffold,
 )
+from autocdc.sources import spark_session
 
 
 def _names(value: str) -> set[str]:

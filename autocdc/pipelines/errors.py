@@ -6,7 +6,7 @@ status 2 and write nothing). ``where`` is ``file:line`` as pyspark records it.
 
 from __future__ import annotations
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 
 
 class PipelineDefinitionError(AutoCdcError):

@@ -45,7 +45,7 @@ from typing import Any, Generic, TypeVar
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.spec import ColumnOrSql, to_column
 from autocdc.engine.tables import ident
 from autocdc.pipelines import lock

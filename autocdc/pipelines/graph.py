@@ -24,13 +24,9 @@ from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 from pyspark.sql.types import LongType
 
-from autocdc import (
-    AutoCdcError,
-    AutoCdcFlow,
-    AutoCdcSnapshotFlow,
-    DefinitionChangedError,
-    TargetNotPartialError,
-)
+from autocdc.engine.errors import AutoCdcError, DefinitionChangedError, TargetNotPartialError
+from autocdc.engine.flow import AutoCdcFlow
+from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.engine.stage import col
 from autocdc.pipelines import extraction
 from autocdc.pipelines.errors import (

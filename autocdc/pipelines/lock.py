@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 from autocdc.pipelines.errors import PipelineLockedError, PipelineLockLostError
 from autocdc.pipelines.project import Project
 

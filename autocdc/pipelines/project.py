@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 
 SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")
 WAREHOUSE_KEY = "spark.sql.warehouse.dir"

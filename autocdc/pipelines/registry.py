@@ -27,7 +27,7 @@ from pyspark.pipelines.graph_element_registry import (
 from pyspark.pipelines.source_code_location import SourceCodeLocation
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.snapshot import NextSnapshot
 from autocdc.pipelines import sql
 from autocdc.pipelines.errors import (

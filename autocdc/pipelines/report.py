@@ -18,7 +18,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from autocdc import AutoCdcError, spark_session
+from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, ident
 from autocdc.pipelines import eventlog
@@ -32,6 +32,7 @@ from autocdc.pipelines.report_html import (
     render,
     require_matplotlib,
 )
+from autocdc.sources import spark_session
 
 # Enough batches to see a trend without a page of megabytes.
 MAX_BATCHES = 500

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from html import escape
 from typing import Any
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 
 # Longest raw row shown in full; a wide row is cut (the table keeps the whole text).
 ROW_CHARS = 400

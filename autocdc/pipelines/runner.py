@@ -33,9 +33,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from autocdc import AutoCdcError, AutoCdcFlow, AutoCdcSnapshotFlow
-from autocdc.engine.errors import raised_in_worker
+from autocdc.engine.errors import AutoCdcError, raised_in_worker
+from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.engine.tuning import session_conf
 from autocdc.pipelines import extraction, interrupt, lock
 from autocdc.pipelines import graph as g

@@ -18,7 +18,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
-from autocdc import AutoCdcError
+from autocdc.engine.errors import AutoCdcError
 
 _QUOTED_IDENT = r"`(?:[^`]|``)*`"
 _STRING = r"""'(?:[^'\\]|\\[\s\S]|'')*'|"(?:[^"\\]|\\[\s\S]|"")*\""""

@@ -5,8 +5,12 @@ row columns, ``_CHANGE_TYPE``, ``_CHANGE_SEQUENCE_NUMBER``).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from pyspark.sql import SparkSession
 
+from autocdc.engine import session
 from autocdc.sources.postgres import PostgresSource
 
 
@@ -14,3 +18,19 @@ def register(spark: SparkSession) -> None:
     """Make ``spark.readStream.format("postgres_cdc")`` available in this session
     (``autocdc.spark_session`` does it for you)."""
     spark.dataSource.register(PostgresSource)
+
+
+def spark_session(
+    warehouse: str | os.PathLike[str] | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """The engine's session (:func:`autocdc.engine.session.spark_session`: local Spark,
+    Delta, the engine's settings overridden by ``conf/``) with autocdc's sources
+    registered. Registration lives here, not in the engine: the engine imports nothing
+    above it.
+
+    >>> spark = spark_session(warehouse="/tmp/wh")            # doctest: +SKIP
+    """
+    spark = session.spark_session(warehouse, conf)
+    register(spark)
+    return spark

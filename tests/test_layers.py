@@ -1,0 +1,62 @@
+"""The package's layers import downward only: engine <- sources <- pipelines (the CLI is
+in pipelines, the public API in the package root). A module that imports upward is named
+with what it imported, so the fix is where the message points."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import autocdc
+
+PACKAGE = Path(autocdc.__file__).parent
+# What each layer may import from autocdc: itself and the layers below it, never the root.
+ALLOWED = {
+    "autocdc.engine": ("autocdc.engine",),
+    "autocdc.sources": ("autocdc.engine", "autocdc.sources"),
+    "autocdc.pipelines": ("autocdc.engine", "autocdc.sources", "autocdc.pipelines"),
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    """Every autocdc module imported anywhere in ``tree``, in functions too."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name for name in found if name == "autocdc" or name.startswith("autocdc.")}
+
+
+def _allowed(layer: tuple[str, ...], name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in layer)
+
+
+def test_layers_import_downward_only() -> None:
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module(path)
+        layer = next((v for k, v in ALLOWED.items() if _allowed((k,), module)), None)
+        if layer is None:  # the package root and `__main__`: they compose the layers
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        upward += [
+            f"{module} imports {n}" for n in sorted(_imports(tree)) if not _allowed(layer, n)
+        ]
+    assert upward == []
+
+
+def test_the_rule_sees_an_upward_import_inside_a_function() -> None:
+    tree = ast.parse("def f():\n    import autocdc\n    from autocdc.sources import register\n")
+    names = _imports(tree)
+    assert names == {"autocdc", "autocdc.sources"}
+    assert [n for n in sorted(names) if not _allowed(ALLOWED["autocdc.engine"], n)] == [
+        "autocdc",
+        "autocdc.sources",
+    ]
