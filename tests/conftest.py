@@ -71,18 +71,26 @@ def new_table():
     return lambda prefix="t": f"{prefix}_{os.getpid()}_{next(_names)}"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with subprocess (``slow``) tests first, then files with more tests first.
+# A test that takes one of these fixtures starts a server: it is end to end.
+SERVER_FIXTURES = {"pg"}
 
-    ``make test`` hands whole files to two workers in this order (with xdist's own
-    reordering off): a file that takes minutes, started last, would leave one worker
-    running it alone at the end.
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start servers are ``e2e`` too; then files with ``e2e`` tests first, then
+    files with more tests first.
+
+    ``make test`` runs what is not ``e2e``, ``make test-e2e`` the rest, each handing whole
+    files to two workers in this order (with xdist's own reordering off): a file that takes
+    minutes, started last, would leave one worker running it alone at the end.
     """
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::")[0], []).append(item)
 
     def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
-        return (not any(t.get_closest_marker("slow") for t in tests), -len(tests))
+        return (not any(t.get_closest_marker("e2e") for t in tests), -len(tests))
 
     items[:] = [item for tests in sorted(files.values(), key=weight) for item in tests]

@@ -129,7 +129,7 @@ def test_compaction_never_overwrites_a_concurrent_batch(spark, new_table, monkey
     assert target_rows(spark, target, 1) == expected(MINE + THEIRS, 1)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_processes_applying_and_compacting_at_once(spark, tmp_path):
     """Two real processes on one target, each applying batches and compacting after
     every batch; the result is the reference fold of everything both applied."""

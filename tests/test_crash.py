@@ -69,7 +69,7 @@ def run(
     return done.returncode
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_killed_applies_converge(spark, tmp_path):
     """SCD1 ``crashed`` and SCD2 ``crashed_history``; each equals the reference fold of
     A, B and C, and the NULL key of B (sent twice) is quarantined once."""
@@ -125,7 +125,7 @@ CRASH_POINTS = {
 CRASH_SEEDS = {1: 4, 2: 18}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @explore  # CI kills `autocdc run` at random moments instead (test_pipeline_kill.py)
 @pytest.mark.parametrize("scd_type", [1, 2])
 def test_random_kills_then_other_batches_converge(spark, tmp_path, scd_type):
@@ -199,7 +199,7 @@ B_LATER = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_kill_with_sequence_groups_converges(spark, warehouse, new_table):
     """As below, for one SCD1 target whose two flows are sequence groups on their own
     clocks (A's bigint, B's timestamp): killed as the first of the concurrent batches
@@ -230,7 +230,7 @@ def test_a_kill_with_sequence_groups_converges(spark, warehouse, new_table):
     assert {r.id: (r.a, r.b, r.c) for r in spark.table(target).collect()} == want
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_kill_during_one_flow_while_the_other_runs_converges(spark, warehouse, new_table):
     """One process applies A's first batch to an SCD1 and an SCD2 target, then A's and
     B's next batches into both at once, and is killed as the first of them passes its

@@ -84,7 +84,7 @@ def _check(spark, database: str, now: list[Change], seen: list[Change]) -> None:
     assert got == fold_scd2(seen)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_extraction_killed_mid_read_and_mid_apply_mirrors_the_table(
     spark, tmp_path, warehouse, new_table, monkeypatch
 ):

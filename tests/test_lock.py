@@ -90,7 +90,7 @@ def foreign_claim(storage: Path, heartbeat: float) -> None:
     (storage / lock.LEASE).write_text(json.dumps({**fields, "since": at, "heartbeat": at}))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_second_run_is_refused_naming_the_holder_and_sigterm_releases(tmp_path):
     holder = start_holder(tmp_path, expiry=60)
     with pytest.raises(PipelineLockedError) as refused, lock.hold(tmp_path, "shop"):
@@ -111,7 +111,7 @@ def test_a_second_run_is_refused_naming_the_holder_and_sigterm_releases(tmp_path
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_holder_on_this_machine_is_taken_over_at_once(tmp_path):
     holder = start_holder(tmp_path, expiry=3600)
     holder.send_signal(signal.SIGKILL)
@@ -150,7 +150,7 @@ def test_another_machines_claim_is_refused_until_it_expires(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_heartbeat_keeps_a_long_holder_alive_past_the_expiry(tmp_path):
     holder = start_holder(tmp_path, expiry=2)
     first = lease(tmp_path)["heartbeat"]
@@ -162,7 +162,7 @@ def test_the_heartbeat_keeps_a_long_holder_alive_past_the_expiry(tmp_path):
     holder.wait(timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_holder_that_lost_its_lease_stops(tmp_path):
     """A holder stalled past the expiry (SIGSTOP) is taken over; when it resumes, its
     heartbeat finds the lease another's and stops it (long before the end of its work,
@@ -194,7 +194,7 @@ def test_a_contender_acting_on_a_stale_view_leaves_the_new_holder_alone(tmp_path
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_one_of_several_contenders_takes_over_a_dead_claim(tmp_path):
     rounds, contenders = 12, 4
     for r in range(rounds):
@@ -226,7 +226,7 @@ def test_expiry_comes_from_the_spec(tmp_path):
     assert bad.value.params["field"] == f"configuration.{lock.EXPIRY_KEY}"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_cli_refuses_a_second_run_while_one_runs(tmp_path, new_table):
     config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse")}
     files = {"v.sql": "CREATE MATERIALIZED VIEW v AS SELECT 1 AS x;"}

@@ -44,7 +44,7 @@ def test_stored_without_outputs(path: Path) -> None:
     assert not dirty, f"{path.name}: cells {dirty} have outputs (clear them before committing)"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_runs_end_to_end(path: Path, tmp_path: Path) -> None:
     folder = tmp_path / "notebooks"

@@ -228,7 +228,7 @@ def test_failed_run_logs_the_error_class(spark, tmp_path, monkeypatch):
     assert (last_run["status"], last_run["error_class"]) == ("failed", "AUTOCDC_CONCURRENT_WRITE")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_killed_run_keeps_its_committed_events(spark, tmp_path):
     """SIGKILL inside the first apply: what was logged before stays, and status reports
     the run as interrupted with every file still to process."""

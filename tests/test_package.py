@@ -37,7 +37,7 @@ print(json.dumps({
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_installed_wheel_starts_sessions_with_the_engines_settings(tmp_path: Path) -> None:
     source = tmp_path / "source"  # build from a copy: the checkout gets no build/ folder
     shutil.copytree(ROOT / "autocdc", source / "autocdc", ignore=shutil.ignore_patterns("__py*"))

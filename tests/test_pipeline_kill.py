@@ -53,7 +53,7 @@ def finish(proc: subprocess.Popen, kill_after: float | None = None) -> int:
     return proc.returncode
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_killed_runs_converge_exactly_once(spark, tmp_path):
     rng = random.Random(SEED)
     changes = rng.sample(EVERYTHING, len(EVERYTHING))
@@ -81,7 +81,7 @@ def test_killed_runs_converge_exactly_once(spark, tmp_path):
     assert got == fold_scd2(EVERYTHING), (SEED, story, time.monotonic() - started)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_ctrl_c_while_a_run_starts_prints_one_line_and_releases_the_lock(tmp_path):
     """SIGINT (Ctrl-C) once the definitions are resolved, as the flows start: exit 130,
     one line saying so (no py4j tracebacks), the lock released."""

@@ -328,6 +328,7 @@ def test_a_query_that_starts_anew_makes_the_slot_anew(pg):
     again.stop()
 
 
+@pytest.mark.e2e
 def test_a_server_that_refuses_replication_connections_loads_by_watermarks():
     """``max_wal_senders = 0`` (or a pooler that passes no replication connection): the
     slot is made over SQL, exports nothing, and the load goes by watermarks, which the

@@ -175,7 +175,7 @@ def _committed_history(server: Server) -> dict[int, list[Version]]:
     return history
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_capture_killed_mid_traffic_mirrors_the_database(spark, tmp_path):
     server = Server().start()
     try:

@@ -187,6 +187,7 @@ def _browser_or_skip():
     return sync_playwright
 
 
+@pytest.mark.e2e
 def test_report_in_chromium(spark, shop, tmp_path):
     sync_playwright = _browser_or_skip()
     project, _ = shop

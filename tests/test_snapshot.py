@@ -132,7 +132,7 @@ def test_refused_snapshots_write_nothing(spark, new_table):
     assert got == {(1, "p", "x"), (2, "p", "y2"), (2, "q", "z")}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_killed_snapshot_run_then_another_snapshot(spark, warehouse):
     """A process killed after its first snapshot's target commit (state and version not
     recorded); then this process reads other rows from the view, numbered by run: they

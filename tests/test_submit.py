@@ -133,7 +133,7 @@ def check_tables(spark: SparkSession, warehouse: Path) -> None:
         ]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_spark_submit_local(spark: SparkSession, project: Path) -> None:
     submit(project, "local[2]")
     check_tables(spark, project.parent.parent / "warehouse")
@@ -214,7 +214,7 @@ def standalone(tmp_path: Path) -> Iterator[Cluster]:
                 process.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_standalone_cluster(spark: SparkSession, project: Path, standalone: Cluster) -> None:
     """Client deploy mode: the driver here, the tasks in the worker's executor."""
     executor = (
