@@ -40,7 +40,7 @@ from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.sources import spark_session
-from autocdc.sources.debezium import debezium_changes, debezium_sequence
+from autocdc.sources.debezium import debezium_changes, debezium_kafka, debezium_sequence
 from autocdc.sources.postgres import postgres_table
 
 __all__ = [
@@ -78,6 +78,7 @@ __all__ = [
     "UnknownColumnError",
     "UnknownConnectorError",
     "debezium_changes",
+    "debezium_kafka",
     "debezium_sequence",
     "hex_sequence",
     "log_file",

@@ -18,6 +18,7 @@ from test_pipelines import run
 
 import autocdc
 from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
+from autocdc.sources.errors import DebeziumTopicsError
 
 DATA = Path(__file__).parent / "data" / "debezium"
 EXAMPLE = Path(__file__).parent.parent / "pipelines" / "debezium"
@@ -157,6 +158,43 @@ def test_unknown_connector_is_refused_before_spark():
     with pytest.raises(autocdc.UnknownConnectorError) as err:
         autocdc.debezium_sequence("oracle")  # type: ignore[arg-type]
     assert err.value.params["connector"] == "oracle"
+
+
+def test_old_style_tombstones_are_skipped_and_a_topics_other_tables_left_out(spark):
+    """``{"schema": null, "payload": null}`` (a delete's tombstone under the JSON converter
+    with schemas) is no change, not a malformed event; ``table`` keeps one table of a
+    topic that carries several, and an event naming no table stays, to be quarantined."""
+
+    def event(table: str, id_: int) -> str:
+        source = {"schema": "public", "table": table, "sequence": '[null, "100"]', "lsn": 100}
+        after = {"id": id_, "name": "n", "city": "c"}
+        return json.dumps({"op": "c", "before": None, "after": after, "source": source})
+
+    values = [
+        event("customers", 1),
+        '{"schema": null, "payload": null}',
+        '{"schema":null,"payload":null}',
+        event("orders", 2),
+        '{"op": "c", "after": {"id": 3}}',  # no source: which table cannot be told
+    ]
+    events = spark.createDataFrame([(v,) for v in values], "value string")
+    every = autocdc.debezium_changes(events, ROW, "postgresql")
+    assert [r.id for r in every.where("_corrupt_record IS NULL").orderBy("id").collect()] == [1, 2]
+    assert every.count() == 3  # both tombstones skipped
+    mine = autocdc.debezium_changes(events, ROW, "postgresql", table="public.customers")
+    assert sorted((r.id, r._corrupt_record is None) for r in mine.collect()) == [
+        (1, True),
+        (3, False),
+    ]
+
+
+@pytest.mark.parametrize("topics", [{}, {"topics": ["a"], "topic_pattern": "a.*"}])
+def test_a_kafka_source_reads_topics_or_a_pattern_exactly_one(spark, topics):
+    with pytest.raises(DebeziumTopicsError) as err:
+        autocdc.debezium_kafka(
+            spark, bootstrap_servers="127.0.0.1:9", row_schema=ROW, connector="postgresql", **topics
+        )
+    assert err.value.error_class == "AUTOCDC_DEBEZIUM_TOPICS"
 
 
 def test_example_pipeline(spark, tmp_path, new_table, monkeypatch):

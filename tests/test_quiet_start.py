@@ -30,14 +30,14 @@ def test_jars_are_resolved_once(tmp_path, monkeypatch):
     names = ["io.delta_delta-spark.jar", "io.delta_delta-storage.jar"]
     for name in names:
         (tmp_path / name).write_bytes(b"jar")
-    marker = {"coordinate": jars.coordinate(), "jars": names}
+    marker = {"coordinates": jars.coordinates(), "jars": names}
     (tmp_path / jars.MARKER).write_text(json.dumps(marker))
     assert jars.install(tmp_path) == [tmp_path / name for name in names]
 
     (tmp_path / names[1]).unlink()  # a jar gone: not installed any more
     assert jars.installed(tmp_path) is None
     (tmp_path / names[1]).write_bytes(b"jar")
-    (tmp_path / jars.MARKER).write_text(json.dumps({**marker, "coordinate": "io.delta:x:1"}))
+    (tmp_path / jars.MARKER).write_text(json.dumps({**marker, "coordinates": ["io.delta:x:1"]}))
     assert jars.installed(tmp_path) is None  # resolved for another delta-spark
 
 
@@ -70,6 +70,7 @@ def test_coordinate_is_delta_pip_helpers():
 
 
 KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+MINE = "com.example:mine_2.13:1.0"
 
 
 @pytest.mark.parametrize("installed", [True, False])
@@ -78,18 +79,43 @@ def test_a_users_jars_and_packages_are_added_to_deltas_never_instead(monkeypatch
     and the session failed with "Cannot find catalog plugin class ... DeltaCatalog"."""
     local = [Path("/venv/jars/delta-spark.jar"), Path("/venv/jars/delta-storage.jar")]
     monkeypatch.setattr(jars, "installed", lambda: local if installed else None)
-    settings = {"spark.jars.packages": f"{KAFKA}, ", "spark.jars": "/opt/mine.jar"}
-    session._add_delta_jars(settings)
+    settings = {"spark.jars.packages": f"{MINE}, ", "spark.jars": "/opt/mine.jar"}
+    session._add_jars(settings)
     if installed:
         assert settings["spark.jars"] == ",".join(["/opt/mine.jar", *map(str, local)])
-        assert settings["spark.jars.packages"] == f"{KAFKA}, "  # ivy resolves the user's
+        assert settings["spark.jars.packages"] == f"{MINE}, "  # ivy resolves the user's
     else:
         assert settings["spark.jars"] == "/opt/mine.jar"
-        assert settings["spark.jars.packages"] == f"{KAFKA},{jars.coordinate()}"
+        assert settings["spark.jars.packages"] == f"{MINE},{jars.coordinate()},{KAFKA}"
+        # The user's own Kafka connector (Spark's guide says to add it) is not added twice.
+        guide = {"spark.jars.packages": KAFKA}
+        session._add_jars(guide)
+        assert guide["spark.jars.packages"] == f"{KAFKA},{jars.coordinate()}"
     # Packages naming a Delta build choose Delta's version themselves.
     own = {"spark.jars.packages": f"{KAFKA},io.delta:delta-spark_4.2_2.13:4.4.1"}
-    session._add_delta_jars(own)
+    session._add_jars(own)
     assert own == {"spark.jars.packages": f"{KAFKA},io.delta:delta-spark_4.2_2.13:4.4.1"}
+
+
+def test_sessions_read_kafka_without_a_users_package(spark):
+    """pyspark's wheel has no Kafka connector: without the session's own, a user following
+    the Debezium guide met `Failed to find data source: kafka`. A batch read of a topic
+    plans (its schema is the connector's) without reaching a broker."""
+    read = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", "127.0.0.1:9")
+        .option("subscribe", "changes")
+        .load()
+    )
+    assert read.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
 
 
 class JavaError:
@@ -141,7 +167,7 @@ def run(project: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_prints_only_autocdc_lines_and_an_error_in_one_line(tmp_path):
     assert jars.installed() is not None, "Delta's jars are not installed: run `make setup`"
     done = run(
@@ -168,7 +194,7 @@ def test_a_run_prints_only_autocdc_lines_and_an_error_in_one_line(tmp_path):
     assert "resolving dependencies" not in details  # the session started from the venv's jars
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_autocdc_error_is_one_block_and_pysparks_json_goes_to_the_log(tmp_path):
     done = run(tmp_path, {"a.sql": "CREATE MATERIALIZED VIEW v AS SELECT nope FROM range(1);"})
     assert done.returncode == 2

@@ -49,11 +49,11 @@ def _marker() -> dict | None:
 
 
 def _made(written: bool) -> dict:
-    return {"pyspark": version("pyspark"), "delta": jars.coordinate(), "archive": written}
+    return {"pyspark": version("pyspark"), "jars": jars.coordinates(), "archive": written}
 
 
 def usable() -> Path | None:
-    """The archive, if it was made for today's pyspark and Delta jars."""
+    """The archive, if it was made for today's pyspark and the session's jars."""
     return path() if _marker() == _made(True) and path().is_file() else None
 
 

@@ -304,7 +304,7 @@ class SnapshotInvalidVersionError(AutoCdcError):
 class JarsUnresolvedError(AutoCdcError):
     error_class = "AUTOCDC_JARS_UNRESOLVED"
     template = (
-        "Delta's jars ({coordinate}) could not be resolved (spark-submit exited with "
+        "The session's jars ({coordinate}) could not be resolved (spark-submit exited with "
         "{code}); ivy's report is in {log}. Check that Java is installed and Maven Central "
         "(repo1.maven.org) is reachable, then run `python -m autocdc.engine.jars` again."
     )

@@ -1,11 +1,13 @@
-"""Delta Lake's jars, resolved once into the virtualenv so that sessions start from files.
+"""The jars every session carries, resolved once into the virtualenv so that sessions start
+from files: Delta Lake's, and Spark's Kafka connector (``format("kafka")``, which pyspark's
+wheel lacks: Debezium's changes mostly arrive through Kafka).
 
 Without them every session start resolves ``io.delta:delta-spark_...`` with ivy (through
 delta-spark's ``configure_spark_with_delta_pip``): ~150 lines of output and seconds of
 work per start, and network access. ``python -m autocdc.engine.jars`` (run by
 ``make setup``) lets Spark's own ivy resolution run once, into a scratch ivy home, and
 copies the jars it retrieved to ``<venv>/share/autocdc/jars/``; a marker file names the
-coordinate they belong to, so an upgraded delta-spark or pyspark resolves again.
+coordinates they belong to, so an upgraded delta-spark or pyspark resolves again.
 Running it again is a no-op.
 """
 
@@ -25,6 +27,7 @@ from pyspark.find_spark_home import _find_spark_home
 from autocdc.engine.errors import AutoCdcError, JarsUnresolvedError
 
 MARKER = "autocdc-jars.json"
+KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 
 
 def coordinate() -> str:
@@ -34,47 +37,61 @@ def coordinate() -> str:
     return f"io.delta:delta-spark_{spark}_2.13:{version('delta-spark')}"
 
 
+def kafka_coordinate() -> str:
+    """Spark's Kafka connector, of the installed pyspark's version (it must match)."""
+    return f"{KAFKA_ARTIFACT}:{version('pyspark')}"
+
+
+def coordinates() -> list[str]:
+    """Every coordinate a session carries: Delta's, then Spark's Kafka connector."""
+    return [coordinate(), kafka_coordinate()]
+
+
 def jar_dir() -> Path:
     """Where the jars live: inside the virtualenv, so they go away with it."""
     return Path(sys.prefix) / "share" / "autocdc" / "jars"
 
 
-def installed(folder: Path | None = None) -> list[Path] | None:
-    """The jars in ``folder`` if they were resolved for today's ``coordinate()`` and are
-    all there, else None (then a session resolves them with ivy at start)."""
-    folder = folder or jar_dir()
+def installed(folder: Path | None = None, wanted: list[str] | None = None) -> list[Path] | None:
+    """The jars in ``folder`` if they were resolved for ``wanted`` (default: today's
+    ``coordinates()``) and are all there, else None (then a session resolves them with ivy
+    at start)."""
+    folder, wanted = folder or jar_dir(), wanted or coordinates()
     try:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(marker, dict) or marker.get("coordinate") != coordinate():
+    if not isinstance(marker, dict) or marker.get("coordinates") != wanted:
         return None
     jars = [folder / name for name in marker.get("jars", [])]
     return jars if jars and all(jar.is_file() for jar in jars) else None
 
 
-def install(folder: Path | None = None) -> list[Path]:
-    """Resolve the jars into ``folder`` unless they are there already; return them."""
-    folder = folder or jar_dir()
-    found = installed(folder)
+def install(folder: Path | None = None, wanted: list[str] | None = None) -> list[Path]:
+    """Resolve ``wanted`` (default: the session's ``coordinates()``) into ``folder`` unless
+    they are there already; return the jars. Other JVMs (the tests' Kafka broker) take
+    their jars from Maven Central the same way."""
+    folder, wanted = folder or jar_dir(), wanted or coordinates()
+    found = installed(folder, wanted)
     if found is not None:
         return found
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="autocdc-ivy-") as scratch:
-        resolved = _resolve(Path(scratch), folder.parent / "jars-resolution.log")
+        log = folder.parent / f"{folder.name}-resolution.log"
+        resolved = _resolve(Path(scratch), log, wanted)
         for old in folder.glob("*.jar"):
             old.unlink()
         for jar in resolved:
             shutil.copy2(jar, folder / jar.name)
-    marker = {"coordinate": coordinate(), "jars": [jar.name for jar in resolved]}
+    marker = {"coordinates": wanted, "jars": [jar.name for jar in resolved]}
     partial = folder / f"{MARKER}.partial"
     partial.write_text(json.dumps(marker, indent=2) + "\n")
     partial.replace(folder / MARKER)  # the marker lands last: a killed copy resolves again
     return [folder / jar.name for jar in resolved]
 
 
-def _resolve(ivy: Path, log: Path) -> list[Path]:
-    """Let spark-submit resolve the coordinate into the ivy home ``ivy`` (the same
+def _resolve(ivy: Path, log: Path, wanted: list[str]) -> list[Path]:
+    """Let spark-submit resolve the coordinates into the ivy home ``ivy`` (the same
     resolution, repositories and exclusions as ``--packages`` at a session start), running
     an empty script; ivy retrieves the jars into ``ivy/jars``. Output goes to ``log``."""
     script = ivy / "noop.py"
@@ -82,7 +99,7 @@ def _resolve(ivy: Path, log: Path) -> list[Path]:
     command = [
         str(Path(_find_spark_home()) / "bin" / "spark-submit"),
         "--packages",
-        coordinate(),
+        ",".join(wanted),
         "--conf",
         f"spark.jars.ivy={ivy}",
         "--conf",
@@ -96,7 +113,9 @@ def _resolve(ivy: Path, log: Path) -> list[Path]:
         )
     jars = sorted((ivy / "jars").glob("*.jar"))
     if done.returncode != 0 or not jars:
-        raise JarsUnresolvedError(coordinate=coordinate(), code=done.returncode, log=log)
+        raise JarsUnresolvedError(
+            coordinate=", ".join(coordinates()), code=done.returncode, log=log
+        )
     return jars
 
 
@@ -104,7 +123,7 @@ def main() -> int:
     """``python -m autocdc.engine.jars``: silent when the jars are there already."""
     if installed() is not None:
         return 0
-    print(f"autocdc: resolving Delta's jars ({coordinate()}) into {jar_dir()}, once")
+    print(f"autocdc: resolving {', '.join(coordinates())} into {jar_dir()}, once")
     try:
         jars = install()
     except AutoCdcError as error:

@@ -108,7 +108,7 @@ def spark_session(
     log_file = logs.path_for(settings)
     logs.use(log_file)
     if not submitted and SparkContext._gateway is None:  # no JVM yet: start it here
-        _add_delta_jars(settings)
+        _add_jars(settings)
         _driver_options(settings, conf_dir, log_file)
         _start_jvm(settings, log_file)
 
@@ -125,11 +125,12 @@ def spark_session(
     return spark
 
 
-def _add_delta_jars(settings: dict[str, str]) -> None:
-    """Delta's jars beside the user's (``spark.jars``, ``spark.jars.packages``), never
-    instead of them, nor theirs instead of Delta's: the virtualenv's files, else ivy
-    resolves Delta's coordinate with the user's packages. Packages that name a Delta
-    build themselves (``io.delta:delta-spark_...``) choose Delta's version: none is added."""
+def _add_jars(settings: dict[str, str]) -> None:
+    """The session's jars (Delta's and Spark's Kafka connector, :mod:`autocdc.engine.jars`)
+    beside the user's (``spark.jars``, ``spark.jars.packages``), never instead of them, nor
+    theirs instead of ours: the virtualenv's files, else ivy resolves our coordinates with
+    the user's packages. Packages that name a Delta build themselves
+    (``io.delta:delta-spark_...``) choose Delta's version: none is added."""
     # Imported here, not at the top: `python -m autocdc.engine.jars` must be its first import.
     from autocdc.engine import jars
 
@@ -139,10 +140,13 @@ def _add_delta_jars(settings: dict[str, str]) -> None:
     local = jars.installed()
     if local is None:
         log.warning(
-            "autocdc: Delta's jars are not installed in this environment, so ivy resolves "
-            "them at every start; run `python -m autocdc.engine.jars` once to skip that."
+            "autocdc: the session's jars (Delta's, Kafka's) are not installed in this "
+            "environment, so ivy resolves them at every start; run "
+            "`python -m autocdc.engine.jars` once to skip that."
         )
-        settings["spark.jars.packages"] = ",".join([*packages, jars.coordinate()])
+        named = {p.rpartition(":")[0] for p in packages}
+        ours = [c for c in jars.coordinates() if c.rpartition(":")[0] not in named]
+        settings["spark.jars.packages"] = ",".join([*packages, *ours])
         return
     settings["spark.jars"] = ",".join(
         filter(None, [settings.get("spark.jars"), *(str(jar) for jar in local)])

@@ -43,7 +43,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Literal
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
@@ -57,6 +57,7 @@ from autocdc.engine.change_rows import (
 from autocdc.engine.errors import UnknownConnectorError
 from autocdc.engine.sequences import hex_sequence
 from autocdc.engine.stage import CORRUPT_RECORD_CONF
+from autocdc.sources.errors import DebeziumTopicsError
 
 Connector = Literal["postgresql", "mysql"]
 CONNECTORS: tuple[str, ...] = ("postgresql", "mysql")
@@ -143,11 +144,22 @@ def _envelope(row: DataType) -> StructType:
     )
 
 
+def _source_table(connector: Connector, source: Column) -> Column:
+    """The table an event's ``source`` block names: ``schema.table`` (PostgreSQL) or
+    ``db.table`` (MySQL); NULL when it names none."""
+    space, name = (
+        _field(source, "schema" if connector == "postgresql" else "db"),
+        _field(source, "table"),
+    )
+    return F.when(name.isNotNull(), F.concat_ws(".", space, name))
+
+
 def debezium_changes(
     events: DataFrame,
     row_schema: str | StructType,
     connector: Connector,
     value: str = "value",
+    table: str | None = None,
 ) -> DataFrame:
     """Debezium event values (JSON text or bytes, e.g. Kafka's ``value`` or the lines of
     ``spark.read.text``) as change rows: ``row_schema``'s columns, ``_CHANGE_TYPE``,
@@ -156,6 +168,10 @@ def debezium_changes(
 
     ``row_schema`` describes ``before``/``after`` as Debezium writes them (e.g. a
     PostgreSQL timestamp is epoch microseconds: read it as BIGINT and convert later).
+    ``table`` (``schema.table``, MySQL ``db.table``) keeps only that table's events, for a
+    topic that carries several; an event that names no table cannot be placed and is kept,
+    to be quarantined. Tombstones (a NULL or blank value, or ``{"schema": null,
+    "payload": null}``) carry no change and are skipped.
 
     >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",
     ...                            "postgresql")  # doctest: +SKIP
@@ -179,9 +195,21 @@ def debezium_changes(
         F.from_json(text, schema, {"columnNameOfCorruptRecord": corrupt}).alias("e"),
     )
     e = F.col("e")
+    # A wrapper whose payload is JSON null: the old-style tombstone of a delete.
+    tombstone = F.coalesce(
+        e[corrupt].isNull()
+        & e["payload"].isNull()
+        & e["op"].isNull()
+        & F.col("raw").rlike(r'"payload"\s*:\s*null'),
+        F.lit(False),
+    )
+    parsed = parsed.where(~tombstone)
     event = F.when(e["payload"].isNotNull(), e["payload"]).otherwise(
         F.struct(*[e[name] for name in envelope.names])
     )
+    if table is not None:
+        named = _source_table(connector, event["source"])
+        parsed = parsed.where(F.coalesce(named == F.lit(table), F.lit(True)))
     op = event["op"]
     image = F.when(op == "d", event["before"]).when(op != "t", event["after"])
     change_type = F.when(op.isin("c", "r", "u"), UPSERT).when(op == "d", DELETE)
@@ -199,3 +227,43 @@ def debezium_changes(
         position.alias(CHANGE_SEQUENCE_NUMBER),
         F.when(~F.coalesce(mapped, F.lit(False)), F.col("raw")).alias(corrupt),
     ).select("image.*", CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt)
+
+
+def debezium_kafka(
+    spark: SparkSession,
+    *,
+    bootstrap_servers: str,
+    row_schema: str | StructType,
+    connector: Connector,
+    topics: list[str] | None = None,
+    topic_pattern: str | None = None,
+    table: str | None = None,
+    options: dict[str, str] | None = None,
+) -> DataFrame:
+    """A Debezium connector's Kafka topics as a stream of change rows (see
+    :func:`debezium_changes`): ``topics`` by name or ``topic_pattern`` (a Java regex), read
+    from the earliest offset by default, so a new mirror starts with the connector's
+    snapshot. ``options`` are Spark's Kafka source options (``kafka.*`` for the client,
+    ``startingOffsets``, ``maxOffsetsPerTrigger``, ...). The streaming query's checkpoint
+    keeps the offsets; the flow absorbs what Kafka delivers again after a crash.
+
+    >>> changes = debezium_kafka(spark, bootstrap_servers="broker:9092",
+    ...     topics=["shop.public.customers"], row_schema="id INT, name STRING",
+    ...     connector="postgresql")  # doctest: +SKIP
+    """
+    if (topics is None) == (topic_pattern is None):
+        raise DebeziumTopicsError(topics=topics, pattern=topic_pattern)
+    if connector not in CONNECTORS:
+        raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("startingOffsets", "earliest")
+    )
+    if topics is not None:
+        reader = reader.option("subscribe", ",".join(topics))
+    else:
+        reader = reader.option("subscribePattern", topic_pattern)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    return debezium_changes(reader.load(), row_schema, connector, table=table)

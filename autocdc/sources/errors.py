@@ -112,3 +112,11 @@ class ExtractionChangedError(AutoCdcError):
         "something else. Restore the declaration, or start the flow over: "
         "`autocdc run --full-refresh {dataset}` reads the table anew."
     )
+
+
+class DebeziumTopicsError(AutoCdcError):
+    error_class = "AUTOCDC_DEBEZIUM_TOPICS"
+    template = (
+        "A Debezium Kafka source reads either `topics` (a list of names) or `topic_pattern` "
+        "(a Java regex), exactly one of them; got topics={topics}, topic_pattern={pattern}."
+    )
