@@ -1,16 +1,20 @@
 """A throwaway Kafka broker for the end-to-end tests: one KRaft node (broker and controller)
 on 127.0.0.1 at free ports, from Kafka's jars on Maven Central (resolved once into the
-virtualenv, as the session's jars are), with a small heap and its logs in a temp folder."""
+virtualenv, as the session's jars are), with a small heap and its logs in a temp folder;
+and a Kafka Connect worker (standalone) running Debezium's PostgreSQL connector."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -24,6 +28,14 @@ BROKER = "org.apache.kafka:kafka_2.13:4.4.0"
 # Kafka's jars bring no slf4j binding: without one the broker logs nothing at all.
 LOGGING = "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3"
 HEAP = "-Xmx384m"
+# Debezium 3.6 is built against Kafka 4.3: its worker must be Connect 4.3 (with 4.4:
+# NoClassDefFoundError org/apache/kafka/common/utils/Sanitizer); a 4.4 broker serves it.
+CONNECT = [
+    "org.apache.kafka:connect-runtime:4.3.0",
+    "org.apache.kafka:connect-json:4.3.0",
+    "io.debezium:debezium-connector-postgres:3.6.1.Final",
+    LOGGING,
+]
 
 
 def _free_port() -> int:
@@ -32,16 +44,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def broker_jars() -> list[Path]:
-    """Kafka's broker and its dependencies, resolved from Maven Central on first use, and
-    the Scala library, which Spark's resolution leaves out (pyspark has the same 2.13)."""
-    scala = sorted((Path(_find_spark_home()) / "jars").glob("scala-library-2.13.*.jar"))
+def _jars(folder: str, wanted: list[str]) -> list[Path]:
+    """``wanted`` and their dependencies, resolved from Maven Central on first use."""
     try:
-        return [*jars.install(jars.jar_dir().parent / "kafka-broker", [BROKER, LOGGING]), *scala]
+        return jars.install(jars.jar_dir().parent / folder, wanted)
     except AutoCdcError as error:
         if os.environ.get("CI"):
             pytest.fail(f"Kafka's jars could not be resolved: {error}")
         pytest.skip(f"Kafka's jars could not be resolved: {error}")
+
+
+def _java(classpath: list[Path], *args: str) -> list[str]:
+    java = shutil.which("java") or "java"
+    return [java, HEAP, "-XX:+UseSerialGC", "-cp", os.pathsep.join(map(str, classpath)), *args]
+
+
+def broker_jars() -> list[Path]:
+    """Kafka's broker, and the Scala library, which Spark's resolution leaves out (pyspark
+    has the same 2.13)."""
+    scala = sorted((Path(_find_spark_home()) / "jars").glob("scala-library-2.13.*.jar"))
+    return [*_jars("kafka-broker", [BROKER, LOGGING]), *scala]
 
 
 class Broker:
@@ -112,3 +134,64 @@ class Broker:
             self.process.wait()
         if not os.environ.get("AUTOCDC_KEEP_KAFKA"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Connect:
+    """A standalone Connect worker on ``broker`` running one connector (``connector``:
+    its properties), JSON values with schemas (Debezium's usual set-up), its offsets in a
+    file: a restarted worker resumes from them and delivers again what followed."""
+
+    def __init__(self, broker: Broker, connector: dict[str, str], root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.broker, self.connector = broker, connector
+        self.port = _free_port()
+        self.process: subprocess.Popen | None = None
+        self.classpath = _jars("kafka-connect", CONNECT)
+
+    def start(self, timeout: float = 120) -> Connect:
+        worker = {
+            "bootstrap.servers": self.broker.servers,
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "offset.storage.file.filename": str(self.root / "offsets"),
+            "offset.flush.interval.ms": "500",
+            "listeners": f"http://127.0.0.1:{self.port}",
+        }
+        files = []
+        for name, settings in (("worker", worker), ("connector", self.connector)):
+            files.append(self.root / f"{name}.properties")
+            files[-1].write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        log = self.root / "connect.log"
+        with log.open("ab") as out:
+            command = _java(
+                self.classpath,
+                "org.apache.kafka.connect.cli.ConnectStandalone",
+                *map(str, files),
+            )
+            self.process = subprocess.Popen(command, stdout=out, stderr=out)
+        name = self.connector["name"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Kafka Connect exited: see {log}")
+            status = self._get(f"/connectors/{name}/status")
+            tasks = (status or {}).get("tasks", [])
+            if tasks and all(t["state"] == "RUNNING" for t in tasks):
+                return self
+            if any(t["state"] == "FAILED" for t in tasks):
+                raise RuntimeError(f"connector {name} failed: {tasks[0].get('trace', '')[:2000]}")
+            time.sleep(0.5)
+        raise RuntimeError(f"connector {name} did not run within {timeout} s: see {log}")
+
+    def _get(self, path: str) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return json.load(r)
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
