@@ -412,12 +412,13 @@ def test_cli_exits_2_on_a_bad_spec_without_starting_spark(tmp_path):
     assert "AUTOCDC_PIPELINE_SPEC_INVALID" in done.stderr and "libraris" in done.stderr
 
 
-def test_init_sample_runs_at_once_and_a_copy_of_it_is_refused_until_it_starts_over(
+def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
     spark, tmp_path, monkeypatch
 ):
-    """The sample runs as created. A copy of the project (its checkpoints name the files
-    they read by absolute path) is refused with the fix, before its flows start; with that
-    fix (a full refresh) it runs."""
+    """The sample runs as created. A copy of the whole project (its checkpoints name the
+    files they read by absolute path) goes on where the original stood: its checkpoints
+    are translated, the event log says so, no file is read again and a new one is. A source
+    moved on its own is refused with the fix, before its flows start."""
     root = scaffold.create(tmp_path / "sample")
     monkeypatch.chdir(root)
     assert run(spark, root / "spark-pipeline.yml")[0] == "customer_changes"
@@ -427,15 +428,30 @@ def test_init_sample_runs_at_once_and_a_copy_of_it_is_refused_until_it_starts_ov
 
     copy = Path(shutil.copytree(root, tmp_path / "copy", symlinks=True))
     monkeypatch.chdir(copy)
+    changes = copy / "data" / "changes"
+    (changes / "0002.json").write_text(
+        '{"id": 3, "name": "Carol", "city": "Milan", "op": "U", "seq": 7}\n'
+    )
+    run(spark, copy / "spark-pipeline.yml")
+    expected = {(1, "Alice", "Lyon"), (3, "Carol", "Milan")}
+    assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
+    assert spark.table("customers_history").count() == 5
+    events = spark.read.format("delta").load(str(copy / "storage" / "event_log"))
+    batches = events.where("event_type = 'batch' AND flow = 'customers'").collect()
+    assert [b.rows_in for b in batches] == [5, 1]  # the copy read only the new file
+    moved = events.where("event_type = 'checkpoint_moved'").collect()
+    assert len(moved) == 2 and "customers" in {m.flow for m in moved}  # both flows read files
+    assert str(root) in moved[0].message and str(copy) in moved[0].message
+
+    changes.rename(copy / "data" / "elsewhere")  # the source alone moves
+    library = copy / "transformations" / "customers.py"
+    library.write_text(library.read_text().replace("data/changes", "data/elsewhere"))
     with pytest.raises(errors.CheckpointElsewhereError) as refused:
         run(spark, copy / "spark-pipeline.yml")
     assert refused.value.params["flow"] == "customers"
-    assert refused.value.params["recorded"] == root.resolve() / "data" / "changes"
-    assert refused.value.params["location"] == copy.resolve() / "data" / "changes"
+    assert refused.value.params["recorded"] == changes
+    assert refused.value.params["location"] == copy / "data" / "elsewhere"
     assert "`autocdc run --full-refresh customers`" in str(refused.value)
-    run(spark, copy / "spark-pipeline.yml", full_refresh_all=True)
-    assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
-    assert spark.table("customers_history").count() == 4
 
 
 def test_dry_run_resolves_and_writes_nothing(spark, tmp_path, database, monkeypatch, capsys):

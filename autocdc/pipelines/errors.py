@@ -141,9 +141,9 @@ class CheckpointElsewhereError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_CHECKPOINT_ELSEWHERE"
     template = (
         "Flow `{flow}`: its checkpoint records the files it read under {recorded}, but its "
-        "source is now {location} (the project was copied or moved, or the source's path "
-        "changed). Spark's checkpoints keep absolute paths, so the flow cannot go on from "
-        "this one. Run the project where it was, or start the flow over from its source "
-        "here: `autocdc run --full-refresh {dataset}` (its target is rebuilt from every "
-        "file the source holds)."
+        "source is now {location}: the source's path changed (a project moved whole goes "
+        "on by itself; this source did not move with it). Spark's checkpoints keep "
+        "absolute paths, so the flow cannot go on from this one. Put the source back, or "
+        "start the flow over from its source here: `autocdc run --full-refresh {dataset}` "
+        "(its target is rebuilt from every file the source holds)."
     )

@@ -46,6 +46,7 @@ EVENT_TYPES = (
     "flow_stopped",
     "batch",
     "error",
+    "checkpoint_moved",  # the project moved: its checkpoints' file paths were translated
 )
 MESSAGE_LIMIT = 20_000  # a streaming failure carries a whole Python traceback
 
@@ -128,9 +129,12 @@ class EventLog:
         position: list[dict[str, Any]] | None = None,
         lag: Lag | None = None,
         error: BaseException | None = None,
+        message: str | None = None,
     ) -> None:
         """Append one event, committed when this returns."""
         values = self.row(event_type, flow, target, metrics, stream_batch_id, position, lag, error)
+        if message is not None:
+            values["message"] = message
         frame = pa.Table.from_pylist([values], schema=ARROW_SCHEMA)
         write_deltalake(str(self.location), frame, mode="append")
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from glob import has_magic
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from pyspark.sql import DataFrame
 
@@ -146,6 +146,50 @@ def elsewhere(found: list[dict[str, Any]], checkpoint: Path) -> tuple[Path, Path
         if not recorded.is_relative_to(_base(location)):
             return recorded.parent, location
     return None
+
+
+def moved_with_project(recorded: Path, location: Path, root: Path) -> Path | None:
+    """The project's old root, when ``recorded`` (a folder a checkpoint read files in) is
+    where ``location`` (the source now, inside the project at ``root``) was before the whole
+    project moved; else None (the source moved on its own, or lies outside the project)."""
+    base = _base(location)
+    if not base.is_relative_to(root) or base == root:
+        return None
+    inside = base.relative_to(root).parts
+    for folder in [recorded, *recorded.parents]:
+        if folder.parts[-len(inside) :] == inside:
+            old = Path(*folder.parts[: -len(inside)])
+            return old if old != root else None
+    return None
+
+
+def translate(checkpoint: Path, old: Path, new: Path) -> int:
+    """Rename, in the file-source logs of ``checkpoint``, the files read under ``old`` to
+    the same files under ``new``; returns how many logs were rewritten. Each log is
+    replaced whole, the latest last (a run killed midway finds it untranslated and
+    translates again; entries already under ``new`` are left as they are), and its
+    checksum file goes with it (Hadoop reads a log that has none without checking)."""
+    logs = [p for p in (checkpoint / "sources").glob("*/*") if p.name.split(".")[0].isdigit()]
+    rewritten = 0
+    for log in sorted(logs, key=lambda p: int(p.name.split(".")[0])):
+        lines, changed = log.read_text().split("\n"), False
+        for i, line in enumerate(lines[1:], start=1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            url = urlparse(record["path"])
+            local = Path(unquote(url.path))
+            if local.is_relative_to(old):
+                moved = quote(str(new / local.relative_to(old)))
+                record["path"] = url._replace(path=moved).geturl()
+                lines[i], changed = json.dumps(record, separators=(",", ":")), True
+        if changed:
+            partial = log.with_name(f".{log.name}.moving")
+            partial.write_text("\n".join(lines))
+            partial.replace(log)
+            log.with_name(f".{log.name}.crc").unlink(missing_ok=True)
+            rewritten += 1
+    return rewritten
 
 
 def _delta_versions(table: Path) -> list[int]:

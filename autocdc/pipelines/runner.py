@@ -280,12 +280,7 @@ class Runner:
         with session_conf(self.spark, getattr(flow, "spark_conf", {})):
             df = g.build(flow, dataset, self.spark, target)
             self._started(flow.name, target, df)
-            moved = pos.elsewhere(self.sources[flow.name], checkpoint)
-            if moved is not None:  # refused before Spark fails on it (or reads files twice)
-                recorded, location = moved
-                raise CheckpointElsewhereError(
-                    flow=flow.name, recorded=recorded, location=location, dataset=dataset.name
-                )
+            self._follow_a_move(flow.name, dataset.name, checkpoint)
             if isinstance(flow, CdcFlow):
                 if flow.extraction is not None:
                     self._extract(flow, dataset, target, options)
@@ -312,6 +307,25 @@ class Runner:
             if isinstance(flow, CdcFlow):
                 return writer.start()
             return writer.toTable(target)
+
+    def _follow_a_move(self, flow: str, dataset: str, checkpoint: Path) -> None:
+        """A checkpoint that names files elsewhere (Spark keeps absolute paths) is translated
+        when the whole project moved with its sources (the run holds the lock), and refused
+        when a source moved on its own, before Spark fails on it or reads files twice."""
+        moved = pos.elsewhere(self.sources[flow], checkpoint)
+        if moved is None:
+            return
+        recorded, location = moved
+        root = self.project.root.resolve()
+        old = pos.moved_with_project(recorded, location, root)
+        if old is None:
+            raise CheckpointElsewhereError(
+                flow=flow, recorded=recorded, location=location, dataset=dataset
+            )
+        rewritten = pos.translate(checkpoint, old, root)
+        said = f"flow {flow}: the project moved from {old} to {root}; its checkpoint follows"
+        say(f"{said} ({rewritten} source logs translated)")
+        self.events.write("checkpoint_moved", flow=flow, message=said)
 
     def _extract(
         self,
