@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT
 
-from autocdc.pipelines import cli, errors, graph, project, registry, runner, scaffold
+from autocdc import pipelines as dp
+from autocdc.pipelines import cli, errors, graph, lock, project, registry, runner, scaffold
 from autocdc.sources.errors import TableNotFoundError
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
@@ -623,3 +624,21 @@ def test_sequence_groups_in_a_pipeline(spark, tmp_path, database):
     with pytest.raises(errors.FlowsDisagreeError) as raised:
         graph.check_targets(flows)
     assert raised.value.params["field"] == "sequence_groups"
+
+
+def test_dp_run_holds_the_run_lock_and_gives_the_session_back(spark, tmp_path, new_table):
+    """``dp.run`` in a notebook: refused while another run holds the project; after it the
+    session's current database and working folder are what they were."""
+    root = scaffold.create(tmp_path / "notebook")
+    spec = root / "spark-pipeline.yml"
+    database = new_table("nb")
+    spec.write_text(spec.read_text() + f"database: {database}\n")
+    loaded = project.load(spec)
+    folder = cli.working_folder(spark)
+    with lock.hold(loaded.storage_path, loaded.name), pytest.raises(errors.PipelineLockedError):
+        dp.run(spec, spark)
+    assert dp.run(spec, spark)[0] == "customer_changes"
+    assert spark.catalog.currentDatabase() == "default"
+    assert cli.working_folder(spark) == folder
+    rows = spark.table(f"{database}.customers").collect()
+    assert {(r.id, r.city) for r in rows} == {(1, "Lyon"), (3, "Rome")}

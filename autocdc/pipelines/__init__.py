@@ -172,8 +172,12 @@ def run(
     """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
     return the datasets in the order they ran. ``extract_options`` replace every
-    extraction flow's and source's options for this run."""
-    from autocdc.pipelines import cli, project, runner
+    extraction flow's and source's options for this run.
+
+    Like ``autocdc run`` it holds the project's run lock (another run of the project, from
+    a terminal or another notebook, is refused with ``AUTOCDC_PIPELINE_LOCKED``), and it
+    leaves the session's current database and working folder as it found them."""
+    from autocdc.pipelines import cli, lock, project, runner
     from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))
@@ -184,6 +188,12 @@ def run(
         refresh=None if refresh is None else set(refresh),
         extract=extract_options,
     )
-    resolved = cli.resolve(loaded, spark, options)
-    runner.Runner(spark, loaded, resolved).run(options)
+    database, folder = spark.catalog.currentDatabase(), cli.working_folder(spark)
+    with lock.hold(loaded.storage_path, loaded.name, lock.expiry_seconds(loaded)):
+        try:
+            resolved = cli.resolve(loaded, spark, options)
+            runner.Runner(spark, loaded, resolved).run(options)
+        finally:
+            spark.catalog.setCurrentDatabase(database)
+            cli.work_in(spark, folder)
     return [d.name for d in resolved.order]

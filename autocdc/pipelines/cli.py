@@ -16,6 +16,7 @@ import sys
 import traceback
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pydantic import ValidationError
@@ -97,14 +98,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _work_in(spark: SparkSession, folder: Path) -> None:
+def _local_fs(spark: SparkSession) -> tuple[Any, Any]:  # py4j objects
+    context = spark.sparkContext
+    hadoop = context._jvm.org.apache.hadoop  # type: ignore[union-attr]
+    return hadoop, hadoop.fs.FileSystem.getLocal(context._jsc.hadoopConfiguration())
+
+
+def work_in(spark: SparkSession, folder: str | Path) -> None:
     """Make ``folder`` the working directory of the JVM's local file system, against which
     Spark qualifies a relative path such as ``.json("data/changes")``. It is the folder
     the JVM started in otherwise: not the project's under spark-submit or in a notebook."""
-    context = spark.sparkContext
-    hadoop = context._jvm.org.apache.hadoop  # type: ignore[union-attr]
-    local = hadoop.fs.FileSystem.getLocal(context._jsc.hadoopConfiguration())
+    hadoop, local = _local_fs(spark)
     local.setWorkingDirectory(hadoop.fs.Path(str(folder)))
+
+
+def working_folder(spark: SparkSession) -> str:
+    """The JVM's local file system's working directory (see :func:`work_in`)."""
+    return str(_local_fs(spark)[1].getWorkingDirectory().toUri().getPath())
 
 
 def resolve(
@@ -114,7 +124,7 @@ def resolve(
     is checked as new). The session takes the project's context: relative paths are the
     project folder's, and the spec's database becomes the current one (so unqualified
     names in queries find the pipeline's tables)."""
-    _work_in(spark, spec.root)
+    work_in(spark, spec.root)
     if spec.database:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {spec.database}")
         spark.catalog.setCurrentDatabase(spec.database)
