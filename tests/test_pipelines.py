@@ -438,7 +438,8 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
     assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
     assert spark.table("customers_history").count() == 5
     events = spark.read.format("delta").load(str(copy / "storage" / "event_log"))
-    batches = events.where("event_type = 'batch' AND flow = 'customers'").collect()
+    batches = events.where("event_type = 'batch' AND flow = 'customers'").orderBy("event_time")
+    batches = batches.collect()
     assert [b.rows_in for b in batches] == [5, 1]  # the copy read only the new file
     moved = events.where("event_type = 'checkpoint_moved'").collect()
     assert len(moved) == 2 and "customers" in {m.flow for m in moved}  # both flows read files
