@@ -113,9 +113,7 @@ def _resolve(ivy: Path, log: Path, wanted: list[str]) -> list[Path]:
         )
     jars = sorted((ivy / "jars").glob("*.jar"))
     if done.returncode != 0 or not jars:
-        raise JarsUnresolvedError(
-            coordinate=", ".join(coordinates()), code=done.returncode, log=log
-        )
+        raise JarsUnresolvedError(coordinate=", ".join(wanted), code=done.returncode, log=log)
     return jars
 
 

@@ -253,8 +253,6 @@ def debezium_kafka(
     """
     if (topics is None) == (topic_pattern is None):
         raise DebeziumTopicsError(topics=topics, pattern=topic_pattern)
-    if connector not in CONNECTORS:
-        raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
