@@ -105,10 +105,16 @@ def _listing(location: Path) -> list[Path]:
     return sorted(p for p in location.rglob("*") if p.is_file() and _visible(p, location))
 
 
+def _source_logs(folder: Path) -> list[Path]:
+    """A file source's log files (``sources/<i>/<batch>[.compact]``), in batch order."""
+    logs = [p for p in folder.glob("*") if p.name.split(".")[0].isdigit()]
+    return sorted(logs, key=lambda p: int(p.name.split(".")[0]))
+
+
 def _processed_files(log: Path, up_to: int) -> set[Path]:
     """Files of a file source's checkpoint log (``sources/<i>/``) read by micro-batches
     up to source batch ``up_to``; from the last compaction on (it holds all before it)."""
-    names = [p for p in log.glob("*") if p.name.split(".")[0].isdigit()]
+    names = _source_logs(log)
     compacts = [int(p.name.split(".")[0]) for p in names if p.name.endswith(".compact")]
     start = max(compacts, default=0)
     seen: set[Path] = set()
@@ -136,8 +142,7 @@ def elsewhere(found: list[dict[str, Any]], checkpoint: Path) -> tuple[Path, Path
     for i, source in enumerate(found):
         if source["kind"] != "files" or not source["path"]:
             continue
-        logs = [p for p in (checkpoint / "sources" / str(i)).glob("*") if p.name[0].isdigit()]
-        latest = max(logs, key=lambda p: int(p.name.split(".")[0]), default=None)
+        latest = next(reversed(_source_logs(checkpoint / "sources" / str(i))), None)
         lines = latest.read_text().splitlines()[1:] if latest else []
         if not lines:
             continue
@@ -169,9 +174,9 @@ def translate(checkpoint: Path, old: Path, new: Path) -> int:
     replaced whole, the latest last (a run killed midway finds it untranslated and
     translates again; entries already under ``new`` are left as they are), and its
     checksum file goes with it (Hadoop reads a log that has none without checking)."""
-    logs = [p for p in (checkpoint / "sources").glob("*/*") if p.name.split(".")[0].isdigit()]
+    logs = [log for source in (checkpoint / "sources").glob("*") for log in _source_logs(source)]
     rewritten = 0
-    for log in sorted(logs, key=lambda p: int(p.name.split(".")[0])):
+    for log in logs:
         lines, changed = log.read_text().split("\n"), False
         for i, line in enumerate(lines[1:], start=1):
             if not line.strip():
