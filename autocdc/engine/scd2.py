@@ -41,7 +41,7 @@ VERSION, NEXT, VALUES, GONE = (
     "__autocdc_vals",
     "__autocdc_gone",
 )
-DEDUP, NEW = "__autocdc_dedup", "__autocdc_new"
+DEDUP, NEW, HELD = "__autocdc_dedup", "__autocdc_new", "__autocdc_held"
 
 
 def _sets(name: str) -> Column:
@@ -187,16 +187,22 @@ def merge(
     columns = list(types)
 
     def run() -> DataFrame:
-        held = history(old_log, layout, tracked)
-        fresh = history(log, layout, tracked)
-        changed = fresh.alias("n").join(held.alias("o"), _same(types), "left_anti")
-        gone = held.join(
-            fresh.select(*[col(k) for k in keys], START_AT), [*keys, START_AT], "left_anti"
+        # Each history is computed once: one full join on (keys, start) pairs the versions
+        # held with the fresh ones (two anti-joins read each of them twice, 12 s of a
+        # 100k-change batch into 1M rows).
+        version = [*keys, START_AT]
+        rest = {c: t for c, t in types.items() if c not in version}
+        compared = F.struct(*[st.comparable(c, t).alias(c) for c, t in rest.items()])
+        fresh = history(log, layout, tracked).select("*", compared.alias(NEW))
+        held = history(old_log, layout, tracked).select(
+            *[col(c) for c in version], compared.alias(HELD)
         )
+        pairs = fresh.join(held, version, "full")
+        gone = col(NEW).isNull()
         # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none).
         source = (
-            changed.withColumn(GONE, F.lit(False))
-            .unionByName(gone.withColumn(GONE, F.lit(True)))
+            pairs.where(gone | ~col(NEW).eqNullSafe(col(HELD)))
+            .select(*[col(c) for c in columns], gone.alias(GONE))
             .localCheckpoint()
         )
         q = tables.ident
