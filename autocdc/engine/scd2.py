@@ -263,8 +263,12 @@ def plan(batch: Batch) -> Plan:
         "upserted": row["upserts"],
         "deleted": row["deletes"],
     }
+    if not new:
+        return Plan(state_rows=new_events, merge=None, late=None, stats=stats)
     new_keys = sizing.small(new_events.select(*[col(k) for k in keys]).distinct(), new)
-    old_log = logged.join(new_keys, keys, "left_semi")
+    # Materialized: both histories read it twice (upserts, deletes), and each read would
+    # broadcast the new keys in a Spark job of its own.
+    old_log = logged.join(new_keys, keys, "left_semi").localCheckpoint()
     run = merge(
         spark,
         batch.names.target,
@@ -274,4 +278,4 @@ def plan(batch: Batch) -> Plan:
         old_log.unionByName(new_events),
         kb.from_row(row, layout.keys),
     )
-    return Plan(state_rows=new_events, merge=run if new else None, late=None, stats=stats)
+    return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
