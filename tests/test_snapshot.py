@@ -69,7 +69,8 @@ def test_snapshots_fold_as_their_changes(spark, mode, series, stop):
     function: the first ``stop`` in one run, the rest by a fresh flow object (which reads
     the recorded version). SCD1: the last snapshot; SCD2: the fold of the changes."""
     target = f"snap_{mode}_{next(_targets)}"
-    options = {"stored_as_scd_type": 1 if mode == "scd1" else 2}
+    # Random snapshots delete any share of the target: the guard is tested on its own.
+    options = {"stored_as_scd_type": 1 if mode == "scd1" else 2, "max_delete_fraction": None}
     if mode == "scd2_b_untracked":
         options["track_history_except_column_list"] = ["b"]
     flow = autocdc.AutoCdcSnapshotFlow(target=target, keys=["id"], **options)
@@ -130,6 +131,40 @@ def test_refused_snapshots_write_nothing(spark, new_table):
     assert (metrics.rows_in, metrics.upserted, metrics.deleted) == (1, 1, 0)
     got = {(r.id, r.k, r.a) for r in spark.table(target).collect()}
     assert got == {(1, "p", "x"), (2, "p", "y2"), (2, "q", "z")}
+
+
+def test_a_snapshot_deleting_most_of_the_target_is_refused_unless_expected(spark, new_table):
+    """An empty or partial read (a failed export) looks like mass deletes: a snapshot that
+    deletes more than max_delete_fraction (default 0.5) of the target's rows is refused
+    before anything is written; the same snapshot applies when the apply expects it, or
+    under a flow whose fraction allows it. Deleting exactly the fraction is allowed."""
+    target = new_table("snap_guard")
+    flow = autocdc.AutoCdcSnapshotFlow(target=target, keys=["id"])
+    flow.apply(frame(spark, {1: ("a", 1), 2: ("b", 2), 3: ("c", 3), 4: ("d", 4)}), 1)
+    commits = spark.sql(f"DESCRIBE HISTORY {target}").count()
+
+    with pytest.raises(autocdc.SnapshotMassDeleteError) as raised:
+        flow.apply(frame(spark, {1: ("a", 1)}), 2)
+    assert raised.value.params == {
+        "target": target,
+        "version": 2,
+        "deletes": 3,
+        "rows": 4,
+        "share": "75%",
+        "limit": 0.5,
+    }
+    with pytest.raises(autocdc.SnapshotMassDeleteError):
+        flow.run(spark, source(spark, [(2, {})]))
+    assert spark.sql(f"DESCRIBE HISTORY {target}").count() == commits
+    assert flow.last_version(spark) == 1
+
+    half = flow.apply(frame(spark, {1: ("a", 1), 2: ("b", 20)}), 2)  # 2 of 4: allowed
+    assert (half.upserted, half.deleted) == (1, 2)
+    most = flow.apply(frame(spark, {}), 3, expect_deletes=True)
+    assert most.deleted == 2 and scd1_rows(spark, target) == {}
+    lenient = autocdc.AutoCdcSnapshotFlow(target=target, keys=["id"], max_delete_fraction=1)
+    lenient.apply(frame(spark, {5: ("e", 5)}), 4)
+    assert lenient.apply(frame(spark, {}), 5).deleted == 1
 
 
 @pytest.mark.e2e
@@ -224,6 +259,15 @@ def test_pipeline_python_function_and_sql_table(spark, tmp_path, new_table):
     assert {r.id: r.a for r in history.as_of(spark, first).collect()} == {
         k: a for k, (a, _) in rows.items()
     }
+
+    # An emptied source (a failed export looks the same) is held by the guard on deletes
+    # until a run expects it.
+    spark.sql(f"DELETE FROM {source}")
+    with pytest.raises(autocdc.SnapshotMassDeleteError):
+        run(spark, spec)
+    assert scd2_rows(spark, f"{database}.history") == expected
+    run(spark, spec, expect_deletes={"history"})
+    assert history.current(spark).count() == 0
 
 
 def test_pipeline_refuses_a_snapshot_flow_beside_a_change_flow(spark, tmp_path, new_table):

@@ -292,6 +292,18 @@ class SnapshotNullKeyError(AutoCdcError):
     )
 
 
+class SnapshotMassDeleteError(AutoCdcError):
+    error_class = "AUTOCDC_SNAPSHOT_MASS_DELETE"
+    template = (
+        "Snapshot version {version} for `{target}` would delete {deletes} of its {rows} "
+        "rows ({share}), more than max_delete_fraction={limit}; nothing was written. An "
+        "empty or partial snapshot (a failed export, a permissions change) looks like this: "
+        "check the source. If the deletes are expected, apply it with expect_deletes=True "
+        "(`autocdc run --expect-deletes DATASET`, dp.run(expect_deletes=[...])), or "
+        "raise the flow's max_delete_fraction (None turns the guard off)."
+    )
+
+
 class SnapshotInvalidVersionError(AutoCdcError):
     error_class = "AUTOCDC_SNAPSHOT_INVALID_VERSION"
     template = (

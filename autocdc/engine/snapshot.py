@@ -44,6 +44,7 @@ from autocdc.engine.errors import (
     ReservedColumnError,
     SnapshotDuplicateKeyError,
     SnapshotInvalidVersionError,
+    SnapshotMassDeleteError,
     SnapshotNullKeyError,
     SnapshotVersionNotNewerError,
 )
@@ -65,6 +66,7 @@ _LIVE = "__autocdc_snapshot_live"
 _PROBLEM = "__autocdc_snapshot_problem"
 _DUPLICATE_KEY, _NULL_KEY = "duplicate key", "null key"
 _LONG = range(-(2**63), 2**63)
+DEFAULT_MAX_DELETE_FRACTION = 0.5
 
 NextSnapshot = Callable[[int | None], tuple[DataFrame, int] | None]
 
@@ -143,6 +145,10 @@ class AutoCdcSnapshotFlow(BaseModel):
     track_history_column_list: list[str] | None = None
     track_history_except_column_list: list[str] | None = None
     name: str | None = Field(default=None, description="Flow name; defaults to the target.")
+    # A snapshot that would delete more than this share of the target's rows is refused
+    # unless the apply expects it: an empty read after a failed export looks exactly like
+    # a source whose rows were all deleted. None: no guard.
+    max_delete_fraction: float | None = Field(default=DEFAULT_MAX_DELETE_FRACTION, ge=0, le=1)
 
     # The flow that applies each snapshot's changes (built from the fields above, which it
     # checks: keys, track-history lists).
@@ -196,17 +202,22 @@ class AutoCdcSnapshotFlow(BaseModel):
         )
         self._changes.check(changes, fresh)
 
-    def apply(self, snapshot: DataFrame, version: int) -> BatchMetrics:
+    def apply(
+        self, snapshot: DataFrame, version: int, expect_deletes: bool = False
+    ) -> BatchMetrics:
         """Apply ``snapshot`` as version ``version``, above the last one processed; the
-        metrics are those of its changes (``rows_in``: keys added, changed or deleted)."""
+        metrics are those of its changes (``rows_in``: keys added, changed or deleted).
+        ``expect_deletes``: apply it even if it deletes more than ``max_delete_fraction``
+        of the target."""
         self._newer(_version(self.target, version), self.last_version(snapshot.sparkSession))
-        return self._apply(snapshot, version)
+        return self._apply(snapshot, version, expect_deletes)
 
     def run(
         self,
         spark: SparkSession,
         source: str | NextSnapshot,
         on_applied: Callable[[int, BatchMetrics], None] | None = None,
+        expect_deletes: bool = False,
     ) -> dict[int, BatchMetrics]:
         """Apply what ``source`` holds beyond the last version processed; returns each
         applied version's metrics, in version order (``on_applied`` is told as each ends).
@@ -216,6 +227,7 @@ class AutoCdcSnapshotFlow(BaseModel):
         last (see the module docstring); or a function ``next_snapshot(latest_version)``
         returning ``(DataFrame, version)``, or None when there is nothing newer, called
         until it returns None, with the last version processed (None before the first).
+        ``expect_deletes`` lifts the ``max_delete_fraction`` guard for these snapshots.
         """
         found = (
             self._from_function(spark, source)
@@ -224,7 +236,7 @@ class AutoCdcSnapshotFlow(BaseModel):
         )
         applied: dict[int, BatchMetrics] = {}
         for snapshot, version in found:
-            applied[version] = metrics = self._apply(snapshot, version)
+            applied[version] = metrics = self._apply(snapshot, version, expect_deletes)
             if on_applied is not None:
                 on_applied(version, metrics)
         return applied
@@ -277,17 +289,19 @@ class AutoCdcSnapshotFlow(BaseModel):
         if last is not None and version <= last:
             raise SnapshotVersionNotNewerError(target=self.target, version=version, last=last)
 
-    def _apply(self, snapshot: DataFrame, version: int) -> BatchMetrics:
+    def _apply(self, snapshot: DataFrame, version: int, expect_deletes: bool) -> BatchMetrics:
         spark = snapshot.sparkSession
         self.check(snapshot)
-        metrics = self._changes.apply(self._diff(snapshot, version))
+        limit = None if expect_deletes else self.max_delete_fraction
+        metrics = self._changes.apply(self._diff(snapshot, version, limit))
         props = f"'{PROP_VERSION}' = '{version}', '{PROP_BATCH}' = '{metrics.batch_id}'"
         spark.sql(f"ALTER TABLE {tables.quote(self.target)} SET TBLPROPERTIES ({props})")
         return metrics
 
-    def _diff(self, snapshot: DataFrame, version: int) -> DataFrame:
+    def _diff(self, snapshot: DataFrame, version: int, limit: float | None) -> DataFrame:
         """The changes that take the target to ``snapshot``, materialized (one pass over
-        both); a NULL or duplicate key is refused here, before anything is written."""
+        both); a NULL or duplicate key, or deletes of more than ``limit`` of the target's
+        rows, are refused here, before anything is written."""
         spark = snapshot.sparkSession
         if tables.exists(spark, self.target):
             live = self.current(spark)
@@ -306,11 +320,30 @@ class AutoCdcSnapshotFlow(BaseModel):
             raise SnapshotDuplicateKeyError(
                 target=self.target, version=version, key=key, rows=bad[_ROWS]
             )
+        if limit is not None:
+            self._guard(checked, live, version, limit)
         return checked.select(
             *[col(c) for c in snapshot.columns],
             col(DELETED),
             F.lit(version).cast("long").alias(VERSION),
         )
+
+    def _guard(self, checked: DataFrame, live: DataFrame, version: int, limit: float) -> None:
+        """Refuse the diff ``checked`` if it deletes more than ``limit`` of ``live``'s rows
+        (counted only when it deletes any)."""
+        deletes = checked.where(col(DELETED)).count()
+        if not deletes:
+            return
+        rows = live.count()
+        if deletes > limit * rows:
+            raise SnapshotMassDeleteError(
+                target=self.target,
+                version=version,
+                deletes=deletes,
+                rows=rows,
+                share=f"{deletes / rows:.0%}",
+                limit=limit,
+            )
 
     def current(self, spark: SparkSession) -> DataFrame:
         """The live rows: for type 2, each key's open version (``__END_AT`` NULL)."""

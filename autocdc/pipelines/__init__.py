@@ -26,7 +26,11 @@ from pyspark.pipelines.source_code_location import get_caller_source_code_locati
 from pyspark.sql import SparkSession
 
 from autocdc.engine.flow import AutoCdcFlow
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow, NextSnapshot
+from autocdc.engine.snapshot import (
+    DEFAULT_MAX_DELETE_FRACTION,
+    AutoCdcSnapshotFlow,
+    NextSnapshot,
+)
 from autocdc.sources.extract import Batch as ExtractionBatch
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
@@ -126,6 +130,7 @@ def create_auto_cdc_from_snapshot_flow(
     track_history_column_list: list[str] | None = None,
     track_history_except_column_list: list[str] | None = None,
     name: str | None = None,
+    max_delete_fraction: float | None = DEFAULT_MAX_DELETE_FRACTION,
 ) -> None:
     """Make the streaming table ``target`` follow full snapshots of ``source`` (AUTO CDC
     FROM SNAPSHOT): each run diffs the next snapshot against the target, so a new key is
@@ -136,7 +141,8 @@ def create_auto_cdc_from_snapshot_flow(
     else one more than the last), or a function ``next_snapshot(latest_version)`` that
     returns ``(DataFrame, version)`` or None, called until it returns None; see
     ``autocdc.AutoCdcSnapshotFlow``. The declaration is checked here, so a bad option
-    names this line.
+    names this line. A snapshot that would delete more than ``max_delete_fraction`` of
+    the target is refused unless the run expects it (None: no guard).
     """
     from autocdc.pipelines.registry import SnapshotFlow, where
 
@@ -148,6 +154,7 @@ def create_auto_cdc_from_snapshot_flow(
         "track_history_except_column_list": track_history_except_column_list,
     }
     options = {k: v for k, v in options.items() if v is not None}
+    options["max_delete_fraction"] = max_delete_fraction  # None here turns the guard off
     AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises on a bad declaration
     get_active_graph_element_registry().register_auto_cdc_flow(
         SnapshotFlow(
@@ -168,11 +175,13 @@ def run(
     full_refresh_all: bool = False,
     refresh: list[str] | None = None,
     extract_options: ExtractionOptions | None = None,
+    expect_deletes: list[str] | None = None,
 ) -> list[str]:
     """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
     return the datasets in the order they ran. ``extract_options`` replace every
-    extraction flow's and source's options for this run.
+    extraction flow's and source's options for this run; the snapshot flows of
+    ``expect_deletes`` datasets may delete beyond their ``max_delete_fraction``.
 
     Like ``autocdc run`` it holds the project's run lock (another run of the project, from
     a terminal or another notebook, is refused with ``AUTOCDC_PIPELINE_LOCKED``), and it
@@ -187,6 +196,7 @@ def run(
         full_refresh_all=full_refresh_all,
         refresh=None if refresh is None else set(refresh),
         extract=extract_options,
+        expect_deletes=set(expect_deletes or []),
     )
     database, folder = spark.catalog.currentDatabase(), cli.working_folder(spark)
     with lock.hold(loaded.storage_path, loaded.name, lock.expiry_seconds(loaded)):

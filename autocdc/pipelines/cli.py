@@ -80,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--full-refresh", type=_names, default=set(), metavar="A,B")
     run.add_argument("--full-refresh-all", action="store_true")
     run.add_argument("--refresh", type=_names, metavar="A,B")
+    run.add_argument(
+        "--expect-deletes",
+        type=_names,
+        default=set(),
+        metavar="A,B",
+        help="datasets whose snapshots may delete beyond max_delete_fraction this run",
+    )
     run.add_argument("--continuous", action="store_true", help="keep running until Ctrl-C")
     run.add_argument(
         "--trigger-interval", type=_seconds, default=10.0, help='e.g. "10 seconds", 5s, 1m'
@@ -189,6 +196,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
         continuous=getattr(args, "continuous", False),
         trigger_seconds=getattr(args, "trigger_interval", 10.0),
         extract=getattr(args, "extract_options", None),
+        expect_deletes=getattr(args, "expect_deletes", set()),
     )
     resolved = resolve(spec, spark, options)
     interrupt.check()

@@ -98,7 +98,10 @@ class FlowAnalysisError(AutoCdcError):
 
 class UnknownDatasetError(AutoCdcError):
     error_class = "AUTOCDC_PIPELINE_UNKNOWN_DATASET"
-    template = "--refresh / --full-refresh name(s) {names}, not datasets of the pipeline ({known})."
+    template = (
+        "--refresh / --full-refresh / --expect-deletes name(s) {names}, not datasets of the "
+        "pipeline ({known})."
+    )
 
 
 class PipelineLockedError(AutoCdcError):

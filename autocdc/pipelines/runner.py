@@ -60,6 +60,8 @@ class Options:
     continuous: bool = False
     trigger_seconds: float = 10.0
     extract: ExtractionOptions | None = None  # replace every extraction flow's and source's
+    # Datasets whose snapshot flows may delete beyond their max_delete_fraction this run.
+    expect_deletes: set[str] = field(default_factory=set)
 
     def resets(self, name: str) -> bool:
         """Whether dataset ``name`` is dropped by a full refresh before it runs."""
@@ -113,7 +115,8 @@ class Runner:
 
     def _run(self, options: Options) -> None:
         names = [d.name for d in self.graph.order if d.kind != "temporary_view"]
-        unknown = (options.full_refresh | (options.refresh or set())) - set(names)
+        named = options.full_refresh | (options.refresh or set()) | options.expect_deletes
+        unknown = named - set(names)
         if unknown:
             raise UnknownDatasetError(names=sorted(unknown), known=names)
         resetting = {name for name in names if options.resets(name)}
@@ -241,13 +244,18 @@ class Runner:
             interrupt.check()  # a safe point: the snapshot and its version are recorded
 
         engine = g.snapshot_flow(flow, target)
+        expected = dataset.name in options.expect_deletes
         if flow.extraction is None:
-            engine.run(self.spark, flow.source, applied)
+            engine.run(self.spark, flow.source, applied, expected)
         else:  # a STATELESS extraction: this run's read is the next snapshot
             step = self._step(flow.name, flow.extraction, dataset.name)
             chosen = resolve_options(options.extract, None, flow.extraction.options)
             # A snapshot is numbered by run: the read's own sequence is not needed.
-            step.run(self.spark, chosen, lambda df, _: self._snapshot_view(engine, df, applied))
+            step.run(
+                self.spark,
+                chosen,
+                lambda df, _: self._snapshot_view(engine, df, applied, expected),
+            )
         self._stopped(flow.name, target)
 
     def _snapshot_view(
@@ -255,6 +263,7 @@ class Runner:
         engine: AutoCdcSnapshotFlow,
         snapshot: DataFrame,
         applied: Callable[[int, BatchMetrics], None],
+        expect_deletes: bool,
     ) -> None:
         """Apply an extraction's read as the next snapshot of a view, so it is numbered by
         run as any view is (:mod:`autocdc.engine.snapshot`: a number a killed attempt
@@ -262,7 +271,7 @@ class Runner:
         view = "__autocdc_snapshot_" + re.sub(r"\W", "_", engine.flow_name)
         snapshot.createOrReplaceTempView(view)
         try:
-            engine.run(self.spark, view, applied)
+            engine.run(self.spark, view, applied, expect_deletes)
         finally:
             self.spark.catalog.dropTempView(view)
 
