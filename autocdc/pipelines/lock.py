@@ -32,6 +32,7 @@ still alive.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -186,9 +187,10 @@ class Lease:
         moves the name aside and checks that it moved the very claim it judged dead (same
         file, same run id): the
         first contender moves it; a later one finds the name empty, or moves a fresh lease
-        (another contender's) and links it back unchanged, so its holder keeps it. The one
-        narrow gap: a third run that links into the name during that put-back wins the name,
-        and the holder put aside finds out at its next heartbeat and stops.
+        (another contender's) and links it back unchanged, so its holder keeps it.
+        Contenders remove dead claims one at a time (:func:`_takeover`) and only the claim
+        they read under that lock, so a view from before another's takeover never moves
+        the new holder's lease aside.
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         now = time.time()
@@ -212,7 +214,11 @@ class Lease:
                 continue  # released meanwhile
             if not claim.over(expiry, time.time()):
                 raise claim.refusal(path, pipeline, expiry, refused)
-            _remove(path, claim.file, claim.fields.get("run_id"))
+            with _takeover(path):  # one contender at a time, on a view read under it
+                now_held = _read(path)
+                dead = (claim.file, claim.fields.get("run_id"))
+                if now_held is not None and (now_held.file, now_held.fields.get("run_id")) == dead:
+                    _remove(path, claim.file, claim.fields.get("run_id"))
             seen = claim
         assert seen is not None, f"{path} kept vanishing"
         raise seen.refusal(path, pipeline, expiry, refused)  # a stream of dead claims: give up
@@ -291,6 +297,34 @@ def _create(path: Path, content: bytes) -> int | None:
     finally:
         private.unlink(missing_ok=True)
     return fd
+
+
+@contextlib.contextmanager
+def _takeover(path: Path) -> Iterator[None]:
+    """Serialize the removal of dead claims: an exclusive ``flock`` on a side file, removed
+    when the block ends. Without it, a contender acting on a view from before another's
+    takeover moved the new holder's lease aside to check it, and a third run could link
+    into the name meanwhile: two runs held the lease until the next heartbeat (seen in
+    CI). The side file is locked only while it is the file its name points at (a
+    contender that opened it just before its removal tries again)."""
+    side = path.with_name(f".{path.name}.takeover")
+    while True:
+        fd = os.open(side, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _file_id(os.fstat(fd)) == _file_id(os.stat(side)):
+                break
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        side.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def _remove(path: Path, file: FileId, run_id: str | None) -> None:
