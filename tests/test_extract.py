@@ -135,6 +135,13 @@ class NoMerge:
         ({"cdc_order": "at", "cursor": Marks}, SourceOptionError, {"option": "cursor"}),
         ({"strategy": "INCREMENTAL"}, SourceOptionError, {"option": "strategy"}),
         ({"cdc_order": ["at", 1]}, SourceOptionError, {"option": "cdc_order"}),
+        ({"strategy": "STATELESS", "lookback": 5}, SourceOptionError, {"option": "lookback"}),
+        ({"cdc_order": "at", "lookback": "30 parsecs"}, SourceOptionError, {"option": "lookback"}),
+        ({"cdc_order": "at", "lookback": -1}, SourceOptionError, {"option": "lookback"}),
+        ({"cdc_order": "at", "lookback": True}, SourceOptionError, {"option": "lookback"}),
+        ({"cdc_order": ["at", "v"], "limit": 10}, SourceOptionError, {"option": "limit"}),
+        ({"cdc_order": "at", "limit": 0}, SourceOptionError, {"option": "limit"}),
+        ({"strategy": "STATELESS", "limit": 10}, SourceOptionError, {"option": "limit"}),
     ],
 )
 def test_declarations_that_cannot_work_are_refused(options, error, params):
@@ -188,6 +195,48 @@ def test_watermark_folds_per_column_max_ascending_and_min_descending():
     assert cursor.batches(expected) == [
         Batch('"at" >= %s OR "remaining" <= %s', ("2024-05-01 10:00:00.5+00", 3))
     ]
+
+
+def test_lookback_reads_behind_the_checkpoint_and_a_limit_bounds_every_batch():
+    """The predicate moves back by the lookback along each column's direction (a date by
+    whole days, at least the lookback); the checkpoint itself does not. A limit's bound
+    narrows every partition, its placeholder after the cursor's."""
+    cursor = source(
+        cdc_order=["at", "day", "version DESC"], lookback="1 hour 30 minutes"
+    ).run_cursor()
+    checkpoint = {"at": "2024-05-01 10:00:00.5+00", "day": "2024-05-01", "version": None}
+    assert cursor.batches(checkpoint) == [
+        Batch(
+            '"at" >= %s OR "day" >= %s OR "version" IS NOT NULL',
+            ("2024-05-01 08:30:00.500000+00:00", "2024-04-30"),
+        )
+    ]
+    assert cursor.seed(checkpoint) == checkpoint
+    numeric = source(cdc_order=["n", "v DESC"], lookback=2.5).run_cursor()
+    assert numeric.batches({"n": 10, "v": Decimal("1.25")})[0].params == (
+        Decimal("7.5"),
+        Decimal("3.75"),
+    )
+    with pytest.raises(SourceOptionError, match="holds '2024-05-01"):
+        numeric.batches({"n": "2024-05-01 10:00:00+00", "v": None})
+    with pytest.raises(SourceOptionError, match="holds 10"):
+        cursor.batches({"at": 10, "day": None, "version": None})
+
+    limited = source(cdc_order=["at"], limit=100, partitions=["id % 2 = 0", "id % 2 = 1"])
+    limit = limited.run_limit()
+    assert limit.beyond(None) == Batch('"at" IS NOT NULL')
+    assert limit.beyond({"at": 7}) == Batch('"at" > %s', (7,))
+    assert limit.within(None, None) is None  # nothing to read but NULLs: no bound
+    assert limit.within(None, 9) == Batch('"at" IS NULL OR "at" <= %s', (9,))
+    assert limit.within({"at": 7}, None) == Batch('"at" <= %s', (7,))  # nothing past it
+    batches = extract.plan(limited, limited.run_cursor(), {"at": 7}, limit.within({"at": 7}, 9))
+    assert batches == [
+        Batch('(("at" >= %s) AND ("at" <= %s)) AND (id %% 2 = 0)', (7, 9)),
+        Batch('(("at" >= %s) AND ("at" <= %s)) AND (id %% 2 = 1)', (7, 9)),
+    ]
+    downward = source(cdc_order=["v DESC"], limit=1).run_limit()
+    assert downward.beyond({"v": 7}) == Batch('"v" < %s', (7,))
+    assert downward.within({"v": 7}, 5) == Batch('"v" >= %s', (5,))
 
 
 @settings(max_examples=30, deadline=None)
@@ -327,6 +376,73 @@ def test_stateless_reads_every_row_in_scope_each_run_typed_as_the_table_implies(
     assert sorted(r[0] for r in again.result if r[0] is not None) == [3]
     assert again.rows == 2  # every row in scope, every run
     assert not (step.checkpoints / FILE).exists()
+
+
+def test_a_limit_reads_a_backfill_in_bounded_runs_and_skips_no_tied_row(spark, pg, tmp_path):
+    """``limit=4``: each run reads up to four rows past its checkpoint and every row tied
+    at the edge it stops at (seven rows share ``at = 20``), then the next run reads those
+    again with the rows past them. The first run also reads the row with no ``at``; a run
+    with nothing past its checkpoint reads the rows tied at it."""
+    pg.execute(
+        "CREATE TABLE backfill (id bigint PRIMARY KEY, at bigint);"
+        "INSERT INTO backfill SELECT g, CASE WHEN g <= 5 THEN 10 WHEN g <= 12 THEN 20 "
+        "ELSE 30 END FROM generate_series(1, 15) g;"
+        "INSERT INTO backfill VALUES (16, NULL)"
+    )
+    step = _step(tmp_path, source(dsn=pg.dsn, table="backfill", cdc_order=["at"], limit=4))
+
+    def once() -> tuple[list[int], int]:
+        done = step.run(spark, ExtractionOptions(), _collect)
+        return sorted(r[0] for r in done.result), done.checkpoint["at"]
+
+    assert once() == ([1, 2, 3, 4, 5, 16], 10)  # the edge: the 4th value, 10, all its ties
+    assert once() == (list(range(1, 13)), 20)  # ties at 10 again, and all seven at 20
+    pg.execute("INSERT INTO backfill VALUES (17, 20), (18, 40), (19, 5)")
+    assert once() == ([*range(6, 16), 17, 18], 40)  # 30, 30, 30, 40; 17 tied at 20
+    assert once() == ([18], 40)  # nothing past 40: its ties only
+    # 19, written below the checkpoint after it moved past, is never read (lookback is
+    # what reads behind the checkpoint).
+
+
+LATE_COMMIT = """
+from autocdc import pipelines as dp
+
+for name, lookback in (("trusting", None), ("looking_back", "30 seconds")):
+    dp.create_extraction_source(name=name + "_src", dsn="DSN", table="late_items",
+                                cdc_order=["updated_at"], lookback=lookback)
+    dp.create_streaming_table(name)
+    dp.create_auto_cdc_flow(target=name, source=name + "_src", keys=["id"],
+                            sequence_by="updated_at")
+"""
+
+
+def test_lookback_reads_a_row_committed_after_a_later_one_was_read(spark, pg, tmp_path, new_table):
+    """A writer's transaction stamps row 2 at 08:00:05 and commits only after row 3,
+    stamped 08:00:10, was read: the checkpoint is already 08:00:10. Without lookback the
+    row is never read; with ``lookback="30 seconds"`` the next run reads it, and the
+    target equals the table."""
+    pg.execute(
+        "CREATE TABLE late_items (id bigint PRIMARY KEY, name text, updated_at timestamptz);"
+        "INSERT INTO late_items VALUES (1, 'early', '2026-12-01 08:00:00+00')"
+    )
+    database = new_table("late_commit")
+    spec = write_project(tmp_path, database, {"flow.py": LATE_COMMIT.replace("DSN", pg.dsn)})
+    with psycopg.connect(pg.dsn) as writer:
+        writer.execute("INSERT INTO late_items VALUES (2, 'late', '2026-12-01 08:00:05+00')")
+        pg.execute("INSERT INTO late_items VALUES (3, 'on time', '2026-12-01 08:00:10+00')")
+        run(spark, spec)
+        writer.commit()
+    run(spark, spec)
+    held = sorted(pg.query("SELECT id, name FROM late_items"))
+    assert len(held) == 3
+
+    def rows(target: str) -> list[tuple]:
+        return sorted(
+            tuple(r) for r in spark.table(f"{database}.{target}").select("id", "name").collect()
+        )
+
+    assert rows("looking_back") == held
+    assert rows("trusting") == [r for r in held if r[0] != 2]  # missed for good
 
 
 def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_stays(

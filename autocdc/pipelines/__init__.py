@@ -95,9 +95,10 @@ def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any)
     by ASC or DESC), ``cursor`` (CUSTOM: an object or class with the hooks ``batches``,
     ``seed``, ``fold`` and ``merge``), ``where`` (a SQL predicate: the rows in scope),
     ``partitions`` (SQL predicates, one batch each), ``columns`` (Spark DDL: the columns
-    to keep and their types; default: every column, typed as the table implies) and
-    ``options`` (:class:`ExtractionOptions`: concurrency, retries, staging). See
-    docs/sources.md.
+    to keep and their types; default: every column, typed as the table implies),
+    ``lookback`` and ``limit`` (WATERMARK: how far behind its checkpoint a run reads
+    again, the rows a run reads past it) and ``options`` (:class:`ExtractionOptions`:
+    concurrency, retries, staging). See docs/sources.md.
 
     >>> dp.create_extraction_source(  # doctest: +SKIP
     ...     name="orders_src", dsn=DSN, table="public.orders", cdc_order=["updated_at"])

@@ -9,7 +9,8 @@ flow that takes a batch DataFrame):
    :mod:`autocdc.pipelines.lock` lease): one run per source at a time, a second one is
    refused, and the lease of a run that died is taken over by the next;
 2. read the flow's checkpoint (:mod:`autocdc.pipelines.checkpoint`) and plan the run's
-   batches from it (:func:`extract.plan`); take the read's sequence, above every read of
+   batches from it (:func:`extract.plan`), bounded by a ``limit``'s edge (looked up
+   first, :func:`pgextract.edge`); take the read's sequence, above every read of
    the flow before (:meth:`CheckpointFile.next_read`);
 3. read the batches, up to ``max_concurrency`` at once, each attempt into a fresh sink
    (memory, or staged files); a failed batch is read again up to ``retries`` times, after
@@ -152,7 +153,10 @@ class Step:
         store = CheckpointFile(self.checkpoints)
         stored = store.read(source, self.flow, self.dataset)
         cursor = source.run_cursor()
-        batches = extract.plan(source, cursor, stored)
+        limit, bound = source.run_limit(), None
+        if limit is not None:
+            bound = limit.within(stored, pgextract.edge(source, table, limit, stored))
+        batches = extract.plan(source, cursor, stored, bound)
         read = store.next_read()
         reader = Reader(source, table, cursor, stored, options, staged, self.say)
         reads = reader.read_all(batches)

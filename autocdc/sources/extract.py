@@ -26,6 +26,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 from typing import Any, Protocol
@@ -44,6 +45,13 @@ from autocdc.sources.postgres import qualified
 HOOKS = ("batches", "seed", "fold", "merge")
 MIN_RETRIES, MAX_RETRIES = 1, 5
 _ORDER = re.compile(r"^\s*(.+?)(?:\s+(asc|desc))?\s*$", re.IGNORECASE | re.DOTALL)
+_UNITS = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600}
+_UNITS |= {"day": 86_400, "week": 7 * 86_400}
+_SPAN = re.compile(rf"\s*(\d+(?:\.\d+)?)\s*({'|'.join(_UNITS)})s?\s*", re.IGNORECASE)
+LOOKBACK_FIX = (
+    "Give an interval for a timestamp or date column ('30 seconds', '1 hour 30 minutes'), "
+    "a number for a numeric one."
+)
 
 
 class Strategy(str, Enum):
@@ -90,6 +98,12 @@ class Batch:
         if self.where == "TRUE":
             return Batch(predicate, self.params)
         return Batch(f"({self.where}) AND ({predicate})", self.params)
+
+    def within(self, other: Batch) -> Batch:
+        """The rows matching both this batch and ``other`` (its placeholders after ours)."""
+        if self.where == "TRUE":
+            return other
+        return Batch(f"({self.where}) AND ({other.where})", self.params + other.params)
 
 
 class Cursor(Protocol):
@@ -158,9 +172,15 @@ class Watermark:
     UTC, which sorts as time); where the database's order differs (a text column's
     collation), the checkpoint is one of the values read, so it can only make a run read
     more, never skip a row.
+
+    ``lookback`` moves the predicate that far behind the checkpoint (never the checkpoint
+    itself): a row committed after a later one was read, with a value below the
+    checkpoint, is read by the next run as long as it lies within the lookback.
     """
 
     order: tuple[Order, ...]
+    lookback: timedelta | int | Decimal | None = None
+    source: str = "?"
 
     def batches(self, checkpoint: Any) -> list[Batch]:
         if checkpoint is None:
@@ -172,8 +192,33 @@ class Watermark:
                 terms.append(f"{ident(o.column)} IS NOT NULL")
             else:
                 terms.append(f"{ident(o.column)} {'<=' if o.descending else '>='} %s")
-                params.append(value)
+                params.append(self.behind(o, value))
         return [Batch(" OR ".join(terms), tuple(params))]
+
+    def behind(self, o: Order, value: Any) -> Any:
+        """``value`` moved back by the lookback along ``o``'s direction."""
+        if self.lookback is None:
+            return value
+        sign = 1 if o.descending else -1
+        numeric = isinstance(self.lookback, int | Decimal)
+        if numeric and isinstance(value, int | Decimal) and not isinstance(value, bool):
+            return value + sign * self.lookback
+        if not numeric and isinstance(value, str):
+            try:
+                at = datetime.fromisoformat(value)
+            except ValueError:
+                at = None
+            if at is not None and len(value) > len("2024-05-01"):
+                return (at + sign * self.lookback).isoformat(sep=" ")
+            if at is not None:  # a date: whole days, at least the lookback
+                days = -(-self.lookback // timedelta(days=1))
+                return (date.fromisoformat(value) + sign * timedelta(days=days)).isoformat()
+        raise option_error(
+            source=self.source,
+            option="lookback",
+            problem=f"is {self.lookback!s} but column {o.column!r} holds {value!r}",
+            fix=LOOKBACK_FIX,
+        )
 
     def seed(self, checkpoint: Any) -> dict[str, Any]:
         return {o.column: (checkpoint or {}).get(o.column) for o in self.order}
@@ -185,6 +230,39 @@ class Watermark:
 
     def merge(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return {o.column: o.further(a[o.column], b[o.column]) for o in self.order}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """WATERMARK's ``limit``: a run reads up to ``rows`` rows past the checkpoint, in the
+    column's order, and every row tied at the edge it stops at (its checkpoint), which the
+    next run reads again with the rows past it. The edge is looked up before the read
+    (:meth:`beyond`), among the rows strictly past the checkpoint, so each run moves on
+    even when more rows than ``rows`` share one value."""
+
+    order: Order
+    rows: int
+
+    def beyond(self, checkpoint: Any) -> Batch:
+        """The rows the edge is looked for among: past the checkpoint, not NULL."""
+        column = ident(self.order.column)
+        value = (checkpoint or {}).get(self.order.column)
+        if value is None:
+            return Batch(f"{column} IS NOT NULL")
+        return Batch(f"{column} {'<' if self.order.descending else '>'} %s", (value,))
+
+    def within(self, checkpoint: Any, edge: Any) -> Batch | None:
+        """The run's bound: up to ``edge`` (the ``rows``-th value past the checkpoint, None
+        when none is). The first run also reads the rows whose value is NULL, which no
+        later run reads; with nothing past the checkpoint, a run reads up to it."""
+        column = ident(self.order.column)
+        value = (checkpoint or {}).get(self.order.column)
+        if edge is None and value is None:
+            return None
+        bound = f"{column} {'>=' if self.order.descending else '<='} %s"
+        if value is None:
+            return Batch(f"{column} IS NULL OR {bound}", (edge,))
+        return Batch(bound, (value if edge is None else edge,))
 
 
 class Stateless:
@@ -277,6 +355,16 @@ class Extraction(BaseModel):
         description="Spark DDL of the columns to keep, typed (default: every column, typed "
         "as the table implies).",
     )
+    lookback: timedelta | int | Decimal | None = Field(
+        default=None,
+        description="WATERMARK: how far behind its checkpoint each run reads again: an "
+        "interval ('30 seconds') for a timestamp or date column, a number for a numeric one.",
+    )
+    limit: int | None = Field(
+        default=None,
+        description="WATERMARK with one cdc_order column: rows a run reads past its "
+        "checkpoint, in that column's order (with the rows tied at the edge).",
+    )
     options: ExtractionOptions | None = None
 
     @model_validator(mode="before")
@@ -306,6 +394,8 @@ class Extraction(BaseModel):
             data["cursor"] = data["cursor"]()
         if isinstance(data.get("partitions"), str):
             data["partitions"] = [data["partitions"]]
+        if data.get("lookback") is not None:
+            data["lookback"] = _lookback(data["lookback"], source)
         return data
 
     @model_validator(mode="after")
@@ -331,6 +421,22 @@ class Extraction(BaseModel):
                 problem=f"is set for a {self.strategy.value} source",
                 fix="A cursor drives a CUSTOM source: remove it, or use strategy CUSTOM.",
             )
+        for option in ("lookback", "limit"):
+            if getattr(self, option) is not None and self.strategy is not Strategy.WATERMARK:
+                raise option_error(
+                    source=self.name,
+                    option=option,
+                    problem=f"is set for a {self.strategy.value} source",
+                    fix="It moves a WATERMARK source's checkpoint: remove it, or use WATERMARK.",
+                )
+        if self.limit is not None and (self.limit < 1 or len(self.cdc_order) != 1):
+            raise option_error(
+                source=self.name,
+                option="limit",
+                problem=f"is {self.limit} with cdc_order {[str(o) for o in self.cdc_order]}",
+                fix="Give a number of rows of at least 1, with exactly one cdc_order column "
+                "(the order rows are read in).",
+            )
         return self
 
     @property
@@ -339,10 +445,13 @@ class Extraction(BaseModel):
 
     def run_cursor(self) -> Cursor:
         if self.strategy is Strategy.WATERMARK:
-            return Watermark(self.cdc_order)
+            return Watermark(self.cdc_order, self.lookback, self.name)
         if self.strategy is Strategy.CUSTOM:
             return self.cursor
         return Stateless()
+
+    def run_limit(self) -> Limit | None:
+        return None if self.limit is None else Limit(self.cdc_order[0], self.limit)
 
     def definition(self) -> dict[str, Any]:
         """What a stored checkpoint depends on: another value makes it meaningless."""
@@ -356,16 +465,41 @@ class Extraction(BaseModel):
         return found
 
 
-def plan(source: Extraction, cursor: Cursor, checkpoint: Any) -> list[Batch]:
+def _lookback(value: Any, source: str) -> timedelta | int | Decimal:
+    """A lookback as :class:`Watermark` applies it: text is an interval, a float exact."""
+    if isinstance(value, str):
+        spans = _SPAN.findall(value)
+        if spans and _SPAN.sub("", value) == "":
+            return sum(
+                (timedelta(seconds=float(n) * _UNITS[u.lower()]) for n, u in spans),
+                timedelta(),
+            )
+    elif isinstance(value, float) and value >= 0:
+        return Decimal(str(value))
+    elif (
+        isinstance(value, timedelta | int | Decimal)
+        and not isinstance(value, bool)
+        and value >= type(value)(0)
+    ):
+        return value
+    raise option_error(source=source, option="lookback", problem=f"is {value!r}", fix=LOOKBACK_FIX)
+
+
+def plan(
+    source: Extraction, cursor: Cursor, checkpoint: Any, bound: Batch | None = None
+) -> list[Batch]:
     """The run's batches: the cursor's from ``checkpoint``, each narrowed to the source's
-    scope and split by its partitions (each keeping the cursor's predicate). Batches with
-    one serialized form are read once, in the order first planned."""
+    scope and ``bound`` (a limit's, :meth:`Limit.within`) and split by its partitions
+    (each keeping the cursor's predicate). Batches with one serialized form are read once,
+    in the order first planned."""
     planned: dict[str, Batch] = {}
     for found in cursor.batches(checkpoint):
         if isinstance(found, str):
             found = Batch(found)
         if not isinstance(found, Batch):
             raise BadBatchError(source=source.name, value=repr(found))
+        if bound is not None:
+            found = found.within(bound)
         for part in source.partitions or (None,):
             batch = found.narrowed(source.where).narrowed(part)
             planned.setdefault(batch.serialized(), batch)

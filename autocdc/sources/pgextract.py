@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from autocdc.engine.faults import crash_point
 from autocdc.sources import pgchanges, postgres
-from autocdc.sources.extract import Batch, Cursor, Extraction, ident, option_error
+from autocdc.sources.extract import Batch, Cursor, Extraction, Limit, ident, option_error
 
 
 class Sink(Protocol):
@@ -93,6 +93,26 @@ def row_values(
         except pgchanges.Unreadable:
             values[column] = text
     return values
+
+
+def edge(source: Extraction, table: Table, limit: Limit, checkpoint: Any) -> Any:
+    """Where a run with ``limit`` stops: the ``limit.rows``-th value of its column past the
+    checkpoint, in the source's scope (the last one when fewer are; None when none is), as
+    a row's ``fold`` sees it."""
+    column, descending = limit.order.column, limit.order.descending
+    beyond = limit.beyond(checkpoint).narrowed(source.where)
+    query = (
+        f"SELECT {'min' if descending else 'max'}(v)::text FROM (SELECT {ident(column)} AS v "
+        f"FROM {postgres.quoted(table.name)} WHERE {beyond.where} "
+        f"ORDER BY v {'DESC' if descending else 'ASC'} LIMIT {int(limit.rows)}) AS edge"
+    )
+    with postgres.connect(source.dsn, autocommit=True) as conn:
+        conn.read_only = True
+        (text,) = conn.execute(query, beyond.params).fetchone()
+    if text is None:
+        return None
+    oid = table.oids[table.columns.index(column)]
+    return row_values(None, [column], [text], [oid])[column]
 
 
 def read_batch(
