@@ -25,7 +25,7 @@ from test_lock import start_holder
 from test_pipelines import run, write_project
 
 from autocdc import AutoCdcFlow
-from autocdc.pipelines import cli
+from autocdc.pipelines import cli, operations, project
 from autocdc.pipelines.checkpoint import FILE, CheckpointFile
 from autocdc.pipelines.errors import FlowAnalysisError, PipelineDefinitionError
 from autocdc.pipelines.extraction import LEASES, STAGING, Extracted, Reader, Step
@@ -396,37 +396,49 @@ def test_a_limit_reads_a_backfill_in_bounded_runs_and_skips_no_tied_row(spark, p
         return sorted(r[0] for r in done.result), done.checkpoint["at"]
 
     assert once() == ([1, 2, 3, 4, 5, 16], 10)  # the edge: the 4th value, 10, all its ties
+    noted = CheckpointFile(step.checkpoints).last_run()  # status's lag: 20 left to read
+    assert {k: noted[k] for k in ("rows", "newest", "behind")} == {
+        "rows": 6,
+        "newest": {"at": 30},
+        "behind": {"at": 20.0},
+    }
     assert once() == (list(range(1, 13)), 20)  # ties at 10 again, and all seven at 20
     pg.execute("INSERT INTO backfill VALUES (17, 20), (18, 40), (19, 5)")
     assert once() == ([*range(6, 16), 17, 18], 40)  # 30, 30, 30, 40; 17 tied at 20
     assert once() == ([18], 40)  # nothing past 40: its ties only
+    assert CheckpointFile(step.checkpoints).last_run()["behind"] == {"at": 0.0}
     # 19, written below the checkpoint after it moved past, is never read (lookback is
     # what reads behind the checkpoint).
 
 
 LATE_COMMIT = """
-from autocdc import pipelines as dp
-
-for name, lookback in (("trusting", None), ("looking_back", "30 seconds")):
-    dp.create_extraction_source(name=name + "_src", dsn="DSN", table="late_items",
-                                cdc_order=["updated_at"], lookback=lookback)
-    dp.create_streaming_table(name)
-    dp.create_auto_cdc_flow(target=name, source=name + "_src", keys=["id"],
-                            sequence_by="updated_at")
+CREATE EXTRACTION SOURCE trusting_src FROM late_items
+  CONNECTION ENV 'LATE_DSN' ORDER BY updated_at;
+CREATE EXTRACTION SOURCE looking_back_src FROM late_items
+  CONNECTION 'DSN' ORDER BY updated_at LOOKBACK '30 seconds';
+CREATE STREAMING TABLE trusting;
+AUTO CDC INTO trusting FROM trusting_src KEYS (id) SEQUENCE BY updated_at;
+CREATE STREAMING TABLE looking_back;
+AUTO CDC INTO looking_back FROM looking_back_src KEYS (id) SEQUENCE BY updated_at;
 """
 
 
-def test_lookback_reads_a_row_committed_after_a_later_one_was_read(spark, pg, tmp_path, new_table):
+def test_lookback_reads_a_row_committed_after_a_later_one_was_read(
+    spark, pg, tmp_path, new_table, monkeypatch
+):
     """A writer's transaction stamps row 2 at 08:00:05 and commits only after row 3,
     stamped 08:00:10, was read: the checkpoint is already 08:00:10. Without lookback the
-    row is never read; with ``lookback="30 seconds"`` the next run reads it, and the
-    target equals the table."""
+    row is never read; with ``LOOKBACK '30 seconds'`` the next run reads it, and the
+    target equals the table. The sources are declared in SQL."""
     pg.execute(
         "CREATE TABLE late_items (id bigint PRIMARY KEY, name text, updated_at timestamptz);"
         "INSERT INTO late_items VALUES (1, 'early', '2026-12-01 08:00:00+00')"
     )
     database = new_table("late_commit")
-    spec = write_project(tmp_path, database, {"flow.py": LATE_COMMIT.replace("DSN", pg.dsn)})
+    monkeypatch.setenv("LATE_DSN", pg.dsn)  # declared in SQL, one by name, one by value
+    spec = write_project(
+        tmp_path, database, {"flow.sql": LATE_COMMIT.replace("'DSN'", repr(pg.dsn))}
+    )
     with psycopg.connect(pg.dsn) as writer:
         writer.execute("INSERT INTO late_items VALUES (2, 'late', '2026-12-01 08:00:05+00')")
         pg.execute("INSERT INTO late_items VALUES (3, 'on time', '2026-12-01 08:00:10+00')")
@@ -443,6 +455,14 @@ def test_lookback_reads_a_row_committed_after_a_later_one_was_read(spark, pg, tm
 
     assert rows("looking_back") == held
     assert rows("trusting") == [r for r in held if r[0] != 2]  # missed for good
+    # Status: each flow's last run, caught up with the newest value its source held.
+    flows = operations.status(project.load(spec))["flows"]
+    lags = {f["target"].split(".")[-1]: f["extraction"] for f in flows}
+    for lag in lags.values():
+        assert lag["checkpoint"] == lag["newest"] == {"updated_at": "2026-12-01 08:00:10+00"}
+        assert lag["behind"] == {"updated_at": 0.0} and 0 <= lag["seconds_since"] < 600
+    assert (lags["looking_back"]["rows"], lags["trusting"]["rows"]) == (3, 1)
+    assert operations.describe_extraction(lags["trusting"]).startswith("last run ")
 
 
 def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_stays(
@@ -642,6 +662,8 @@ def test_a_snapshot_flow_over_a_stateless_source_mirrors_deletes(
             rows = rows.where("__END_AT IS NULL")
         assert sorted((r.id, r.name) for r in rows.collect()) == live
     assert live == [(3, "c2")]
+    (lag,) = [f["extraction"] for f in operations.status(project.load(spec))["flows"]]
+    assert (lag["rows"], lag["checkpoint"], lag["behind"]) == (1, None, {})  # a time only
     if scd == 2:
         versions = spark.table(f"{database}.items").orderBy("id", "__START_AT")
         assert [tuple(r) for r in versions.collect()] == [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from autocdc.pipelines.sql import (
     AutoCdcSnapshotStatement,
     AutoCdcStatement,
     CreateDataset,
+    ExtractionStatement,
     InsertFlow,
     Location,
     PipelineSqlSyntaxError,
@@ -338,6 +340,43 @@ def test_string_escapes_are_undone() -> None:
     )
 
 
+def test_extraction_source_with_every_clause() -> None:
+    """What ``dp.create_extraction_source`` takes, as clauses in any order: ORDER BY is its
+    cdc_order (names quoted for the database), WHERE and PARTITIONS go to the database as
+    written, CONNECTION ENV names the variable holding the connection string."""
+    source = one(
+        "CREATE EXTRACTION SOURCE shop.items_src FROM public.items\n"
+        "  CONNECTION ENV 'SHOP_DSN'\n"
+        "  ORDER BY updated_at, `ver sion` desc\n"
+        "  WHERE region <> 'test' AND id % 2 = 0\n"
+        "  PARTITIONS ('id < 100', 'id >= 100')\n"
+        "  LOOKBACK '30 seconds' LIMIT 1000\n"
+        "  COLUMNS (id BIGINT, name STRING)\n"
+        "  OPTIONS (max_concurrency = 2, staging = true, retries = '3')"
+    )
+    assert source == ExtractionStatement(
+        name="shop.items_src",
+        table="public.items",
+        dsn=None,
+        dsn_env="SHOP_DSN",
+        options={
+            "cdc_order": ['"updated_at"', '"ver sion" desc'],
+            "where": "region <> 'test' AND id % 2 = 0",
+            "partitions": ["id < 100", "id >= 100"],
+            "lookback": "30 seconds",
+            "limit": 1000,
+            "columns": "id BIGINT, name STRING",
+            "options": {"max_concurrency": 2, "staging": True, "retries": 3},
+        },
+        location=Location("p.sql", 1, 1),
+    )
+    stateless = one("CREATE EXTRACTION SOURCE s FROM t STRATEGY STATELESS CONNECTION 'host=db'")
+    assert (stateless.dsn, stateless.options) == ("host=db", {"strategy": "STATELESS"})
+    assert one("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LOOKBACK 2.5").options == {
+        "lookback": Decimal("2.5")
+    }
+
+
 def test_unsupported_statement_names_the_supported_ones() -> None:
     err = error("SET a = 1;\n\nDROP TABLE x;")
     assert err.error_class == "AUTOCDC_PIPELINE_SQL_SYNTAX"
@@ -407,9 +446,14 @@ def test_a_bad_clause_lists_the_clauses_that_may_follow() -> None:
         ("CREATE MATERIALIZED VIEW v AS SELECT `abc", 38, "name"),
         ("SET a = 1 /* never closed", 11, "comment"),
         ("CREATE MATERIALIZED VIEW v AS SELECT (1", 40, "ends too early"),
+        ("CREATE EXTRACTION SOURCE s FROM t ORDER BY at", 1, "has no CONNECTION"),
+        ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' ORDER BY at DOWN", 62, "`DOWN`"),
+        ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LIMIT 1 LIMIT 2", 58, "LIMIT is given"),
+        ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LIMIT 'ten'", 56, "unexpected `'ten'`"),
     ],
 )
-def test_unterminated_text(text: str, column: int, problem: str) -> None:
+def test_errors_point_at_the_problem(text: str, column: int, problem: str) -> None:
+    """Unterminated text, and an extraction source's missing, unknown or repeated clause."""
     err = error(text)
     assert (err.params["line"], err.params["column"]) == (1, column)
     assert problem in err.params["problem"]

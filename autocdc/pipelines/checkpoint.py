@@ -8,7 +8,9 @@ kill leaves the previous checkpoint or the next, never a torn one; a full refres
 it with the folder.
 
 ``extraction-read`` beside it holds the sequence of the flow's last read (see
-:meth:`CheckpointFile.next_read`).
+:meth:`CheckpointFile.next_read`), and ``extraction-run`` what the last successful run
+saw of the source (:meth:`CheckpointFile.finished`), which ``autocdc status`` reports as
+the flow's lag.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from autocdc.sources.errors import ExtractionChangedError
 
 FILE = "extraction.json"
 READ = "extraction-read"
+RUN = "extraction-run"
 FORMAT = 1
 
 
@@ -79,6 +82,19 @@ class CheckpointFile:
             "written": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         }
         _replace(self.path, extract.dumps(record, source.name))
+
+    def finished(self, source: extract.Extraction, record: dict[str, Any]) -> None:
+        """Note a successful run: ``record`` (its rows, the checkpoint, the source's newest
+        values and how far behind them the checkpoint is), with the time it ended."""
+        ended = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        _replace(self.path.with_name(RUN), extract.dumps({**record, "ended": ended}, source.name))
+
+    def last_run(self) -> dict[str, Any] | None:
+        """What :meth:`finished` noted last (None: no run has succeeded)."""
+        try:
+            return extract.loads(self.path.with_name(RUN).read_text())
+        except FileNotFoundError:
+            return None
 
     def next_read(self) -> int:
         """The sequence of the read a run is about to make: microseconds since the epoch,

@@ -20,7 +20,9 @@ flow that takes a batch DataFrame):
 5. apply every row read, as one batch, with the read's sequence (a later read of a row
    sees a state at least as new: :func:`autocdc.pipelines.graph.engine_flow` orders the
    changes by it after the flow's own ``sequence_by``);
-6. only then replace the checkpoint (unless the run read no row: it is kept);
+6. only then replace the checkpoint (unless the run read no row: it is kept), and note
+   the run's end and how far the checkpoint is behind the newest values the source held
+   when the run began (``autocdc status``'s lag);
 7. sweep the staged files and release the lease, also when the run failed.
 
 Why a kill or a failure anywhere is harmless: the checkpoint moves only after the target
@@ -153,6 +155,7 @@ class Step:
         store = CheckpointFile(self.checkpoints)
         stored = store.read(source, self.flow, self.dataset)
         cursor = source.run_cursor()
+        newest = pgextract.newest(source, table)  # before the read: what it can reach
         limit, bound = source.run_limit(), None
         if limit is not None:
             bound = limit.within(stored, pgextract.edge(source, table, limit, stored))
@@ -170,6 +173,9 @@ class Step:
         advanced = source.keeps_checkpoint and rows > 0 and checkpoint != stored
         if advanced:
             store.write(source, checkpoint, rows, len(batches))
+        gaps = extract.behind(source.cdc_order, checkpoint, newest)
+        record = {"rows": rows, "checkpoint": checkpoint, "newest": newest, "behind": gaps}
+        store.finished(source, record)
         said = f"flow {self.flow}: extraction {source.name} read {rows} rows"
         said += f" in {len(batches)} batches"
         if source.keeps_checkpoint:

@@ -316,6 +316,8 @@ class Registry(GraphElementRegistry):
             self.add_flow(
                 QueryFlow(statement.name, statement.target, self._sql(statement.query), at)
             )
+        elif isinstance(statement, sql.ExtractionStatement):
+            self.add_extraction(ExtractionSource(_extraction(statement, at), at))
         elif isinstance(statement, sql.AutoCdcSnapshotStatement):
             self.add_flow(
                 SnapshotFlow(
@@ -341,6 +343,22 @@ class Registry(GraphElementRegistry):
 
     def _sql(self, text: str) -> Callable[[], DataFrame]:
         return lambda: self.spark.sql(text)
+
+
+def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
+    """The source a CREATE EXTRACTION SOURCE declares; ``CONNECTION ENV`` is read now, so a
+    connection string with a password need not be written in the file."""
+    dsn = statement.dsn
+    if statement.dsn_env is not None:
+        dsn = os.environ.get(statement.dsn_env)
+        if not dsn:
+            raise PipelineDefinitionError(
+                where=at,
+                problem=f"extraction source `{statement.name}` reads its connection string "
+                f"from the environment variable {statement.dsn_env}, which is not set",
+                hint=f"Set {statement.dsn_env} to a libpq connection string before the run.",
+            )
+    return Extraction(name=statement.name, dsn=dsn, table=statement.table, **statement.options)
 
 
 @contextlib.contextmanager

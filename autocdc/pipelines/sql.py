@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
 from lark import Lark, Token, Transformer, v_args
@@ -31,7 +32,7 @@ _ITEM = _HEAD + ' | "." | "," | "=" | "*"'
 _GRAMMAR = rf"""
 start: _stmt? (";" _stmt?)*
 _stmt: streaming_table | materialized_view | temporary_view | insert_flow | cdc_flow
-    | snapshot_flow | set_conf
+    | snapshot_flow | extraction_source | set_conf
 
 streaming_table: "CREATE"i _refresh? "STREAMING"i "TABLE"i name schema? _clause* ("AS"i query)?
 materialized_view: "CREATE"i _refresh? "MATERIALIZED"i "VIEW"i name schema? _clause* "AS"i query
@@ -40,6 +41,7 @@ insert_flow: _create_flow "INSERT"i "INTO"i target ("BY"i "NAME"i)? query
 cdc_flow: _create_flow? _cdc_into name "FROM"i source keys _cdc_clause*
 snapshot_flow: _create_flow? _cdc_into name "FROM"i snapshot keys _snapshot_clause*
 set_conf: "SET"i set_key "=" query
+extraction_source: "CREATE"i "EXTRACTION"i "SOURCE"i name "FROM"i name _extract_clause*
 _refresh: "OR"i "REFRESH"i
 _replace: "OR"i ("REFRESH"i | "REPLACE"i)
 _create_flow: "CREATE"i "FLOW"i name comment? "AS"i
@@ -76,6 +78,21 @@ _selection: column_list | "(" column_list ")" | "*" ("EXCEPT"i "(" except_list "
 column_list: _columns
 except_list: _columns
 stored_as_scd_type: "STORED"i "AS"i "SCD"i "TYPE"i NUMBER
+// an extraction source's clauses: CONNECTION, STRATEGY, ORDER BY (its cdc_order), WHERE
+// (its scope, sent to the database), PARTITIONS, LOOKBACK, LIMIT, COLUMNS, OPTIONS
+_extract_clause: connection | strategy | cdc_order | scope | partitions | lookback | limit
+    | typed_columns | extract_options | comment
+connection: "CONNECTION"i (STRING | env)
+env: "ENV"i STRING
+strategy: "STRATEGY"i IDENT
+cdc_order: "ORDER"i "BY"i ordered ("," ordered)*
+ordered: column IDENT?
+scope: "WHERE"i expr
+partitions: "PARTITIONS"i "(" STRING ("," STRING)* ")"
+lookback: "LOOKBACK"i (STRING | NUMBER)
+limit: "LIMIT"i NUMBER
+typed_columns: "COLUMNS"i schema
+extract_options: "OPTIONS"i "(" prop ("," prop)* ")"
 
 name: _ident ("." _ident)*
 _ident: IDENT | QUOTED_IDENT
@@ -192,18 +209,39 @@ class AutoCdcSnapshotStatement:
 
 
 @dataclass(frozen=True)
+class ExtractionStatement:
+    """CREATE EXTRACTION SOURCE: :class:`autocdc.sources.extract.Extraction`'s options, as
+    written (checked when the source is declared from them)."""
+
+    name: str
+    table: str
+    dsn: str | None  # CONNECTION '...'
+    dsn_env: str | None  # CONNECTION ENV 'VAR': the environment variable holding it
+    options: dict[str, Any]  # strategy, cdc_order, where, partitions, lookback, limit, ...
+    location: Location
+
+
+@dataclass(frozen=True)
 class SetConf:
     key: str
     value: str
     location: Location
 
 
-Statement = CreateDataset | InsertFlow | AutoCdcStatement | AutoCdcSnapshotStatement | SetConf
+Statement = (
+    CreateDataset
+    | InsertFlow
+    | AutoCdcStatement
+    | AutoCdcSnapshotStatement
+    | ExtractionStatement
+    | SetConf
+)
 
 _SUPPORTED = (
     "Supported statements: CREATE [OR REFRESH] STREAMING TABLE, CREATE [OR REFRESH] "
     "MATERIALIZED VIEW, CREATE TEMPORARY VIEW, CREATE FLOW, AUTO CDC INTO (or APPLY "
-    "CHANGES INTO) and SET; run anything else outside the pipeline."
+    "CHANGES INTO), CREATE EXTRACTION SOURCE and SET; run anything else outside the "
+    "pipeline."
 )
 _GENERIC_HINT = "Check for a misspelled keyword or a missing `;` between statements."
 # How lark's terminals read in messages, in the order they are listed there; other
@@ -215,6 +253,7 @@ _READABLE = {
     "MATERIALIZED": "MATERIALIZED VIEW",
     "TEMPORARY": "TEMPORARY VIEW",
     "FLOW": "FLOW",
+    "EXTRACTION": "EXTRACTION SOURCE",
     "AUTO": "AUTO CDC INTO",
     "IGNORE": "IGNORE NULL UPDATES",
     "ONCE": "ONCE",
@@ -249,6 +288,15 @@ _CLAUSE_WORDS = {
     "stored_as_scd_type": "STORED AS",
     "track_history": "TRACK HISTORY ON",
     "sequence_group": "SEQUENCE GROUP",
+    "connection": "CONNECTION",
+    "strategy": "STRATEGY",
+    "cdc_order": "ORDER BY",
+    "scope": "WHERE",
+    "partitions": "PARTITIONS",
+    "lookback": "LOOKBACK",
+    "limit": "LIMIT",
+    "typed_columns": "COLUMNS",
+    "extract_options": "OPTIONS",
 }
 _PLAIN_NAME = re.compile(r"[^\W\d]\w*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
@@ -277,6 +325,20 @@ def _unquote(text: str) -> str:
         lambda m: _ESCAPES.get(m[1], m[1]) if m[1] is not None else quote,
         text[1:-1],
     )
+
+
+def _number(token: Token) -> int | Decimal:
+    """A NUMBER token's value: an int, else exact."""
+    text = str(token)
+    return int(text) if text.isdigit() else Decimal(text)
+
+
+def _option(text: str) -> Any:
+    """An OPTIONS value: ``true``/``false``, a number, else the text."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return int(text) if text.isdigit() else text
 
 
 def _first(clauses: dict[str, list[Any]], key: str) -> str | None:
@@ -410,6 +472,55 @@ class _Builder(Transformer):
             track_history_except_column_list=except_track,
             location=self._loc(meta),
         )
+
+    def extraction_source(self, meta: Meta, children: list[Any]) -> ExtractionStatement:
+        (name, table), c = self._split(children)
+        if "connection" not in c:
+            raise _error(
+                self._file, meta.line, meta.column, f"extraction source {name} has no CONNECTION",
+                "CONNECTION 'libpq connection string' or CONNECTION ENV 'VARIABLE'",
+                "Add the clause; keep a password out of the file (PGPASSWORD, ~/.pgpass, "
+                "or the whole string in an environment variable).",
+            )  # fmt: skip
+        (connection,) = c["connection"]
+        options: dict[str, Any] = {}
+        if "strategy" in c:
+            options["strategy"] = str(c["strategy"][0])
+        if "cdc_order" in c:
+            options["cdc_order"] = c["cdc_order"]
+        if "scope" in c:
+            options["where"] = c["scope"][0]
+        if "partitions" in c:
+            options["partitions"] = [_unquote(p) for p in c["partitions"]]
+        if "lookback" in c:
+            (given,) = c["lookback"]
+            options["lookback"] = _unquote(given) if given.type == "STRING" else _number(given)
+        if "limit" in c:
+            options["limit"] = _number(c["limit"][0])
+        if "typed_columns" in c:
+            options["columns"] = c["typed_columns"][0].value[0]
+        if "extract_options" in c:
+            options["options"] = {k: _option(v) for k, v in c["extract_options"]}
+        env = isinstance(connection, _Clause)
+        return ExtractionStatement(
+            name=name,
+            table=table,
+            dsn=None if env else _unquote(connection),
+            dsn_env=_unquote(connection.value[0]) if env else None,
+            options=options,
+            location=self._loc(meta),
+        )
+
+    def ordered(self, meta: Meta, children: list[Any]) -> str:
+        column, *direction = children
+        if direction and direction[0].upper() not in ("ASC", "DESC"):
+            word = direction[0]
+            raise _error(
+                self._file, word.line, word.column, f"unexpected `{word}`",
+                "ASC, DESC, `,` or the next clause", "Order each column ASC or DESC.",
+            )  # fmt: skip
+        quoted = '"' + column.replace('"', '""') + '"'
+        return " ".join([quoted, *map(str, direction)])
 
     def set_conf(self, meta: Meta, children: list[Any]) -> SetConf:
         key, value = children

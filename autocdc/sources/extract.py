@@ -512,6 +512,29 @@ def advance(cursor: Cursor, accumulators: list[Any]) -> Any:
     return functools.reduce(cursor.merge, accumulators)
 
 
+def _gap(o: Order, held: Any, newest: Any) -> float | None:
+    """How far ``held`` is behind ``newest`` along ``o``: seconds for timestamps and dates,
+    the difference for numbers, never below 0; None where it cannot tell (a NULL, text)."""
+    if held is None or newest is None:
+        return None
+    if isinstance(held, int | Decimal) and isinstance(newest, int | Decimal):
+        gap = float(held - newest if o.descending else newest - held)
+    else:
+        try:
+            span = datetime.fromisoformat(newest) - datetime.fromisoformat(held)
+        except (TypeError, ValueError):
+            return None
+        gap = (-span if o.descending else span).total_seconds()
+    return max(gap, 0.0)  # rows written during the run: read, so not behind
+
+
+def behind(order: tuple[Order, ...], checkpoint: Any, newest: Mapping[str, Any]) -> dict:
+    """Per ``cdc_order`` column, how far the checkpoint is behind the newest value the
+    table holds (``autocdc status``'s lag of an extraction flow)."""
+    held = checkpoint or {}
+    return {o.column: _gap(o, held.get(o.column), newest.get(o.column)) for o in order}
+
+
 def dumps(value: Any, source: str = "?") -> str:
     """JSON text of a checkpoint or batch; a Decimal is kept exact (``{"$decimal": ...}``)."""
 

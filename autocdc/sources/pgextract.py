@@ -115,6 +115,23 @@ def edge(source: Extraction, table: Table, limit: Limit, checkpoint: Any) -> Any
     return row_values(None, [column], [text], [oid])[column]
 
 
+def newest(source: Extraction, table: Table) -> dict[str, Any]:
+    """Per ``cdc_order`` column, the newest value in scope (the greatest ascending, the
+    least descending), as a row's ``fold`` sees it: how far the source has gone."""
+    order = source.cdc_order
+    if not order:
+        return {}
+    picks = ", ".join(f"{'min' if o.descending else 'max'}({ident(o.column)})::text" for o in order)
+    where = Batch().narrowed(source.where)
+    query = f"SELECT {picks} FROM {postgres.quoted(table.name)} WHERE {where.where}"
+    with postgres.connect(source.dsn, autocommit=True) as conn:
+        conn.read_only = True
+        texts = conn.execute(query, where.params).fetchone()
+    columns = [o.column for o in order]
+    oids = [table.oids[table.columns.index(c)] for c in columns]
+    return dict(row_values(None, columns, texts, oids))
+
+
 def read_batch(
     source: Extraction,
     table: Table,

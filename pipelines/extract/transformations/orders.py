@@ -1,7 +1,6 @@
-"""The `shop` database's `orders` table, mirrored twice by querying it (no replication log).
+"""The `shop` database's `orders` table, mirrored a second time by querying it (the first,
+`orders_src` into `orders`, is declared in latest.sql).
 
-`orders_src` (WATERMARK) reads the rows whose `updated_at` reached the last run's greatest,
-in two partitions read at once, staged in files: the `orders` table (SCD type 1).
 `orders_by_region` (CUSTOM) keeps one watermark per region, so a region whose writers'
 clock lags the others' is never skipped: the `orders_history` table (SCD type 2).
 A soft delete (`deleted = true`, with `updated_at` moved on) deletes the key.
@@ -12,24 +11,6 @@ import os
 from autocdc import pipelines as dp
 
 DSN = os.environ.get("AUTOCDC_POSTGRES_DSN", "host=127.0.0.1 port=5432 dbname=shop user=postgres")
-# Both flows: a row is its id, its versions ordered by updated_at; a soft delete deletes it.
-MIRROR = {
-    "keys": ["id"],
-    "sequence_by": "updated_at",
-    "apply_as_deletes": "deleted",
-    "except_column_list": ["deleted"],
-}
-
-dp.create_extraction_source(
-    name="orders_src",
-    dsn=DSN,
-    table="public.orders",
-    cdc_order=["updated_at"],
-    partitions=["id % 2 = 0", "id % 2 = 1"],  # each keeps updated_at >= checkpoint
-    options=dp.ExtractionOptions(max_concurrency=2, staging=True),
-)
-dp.create_streaming_table("orders")
-dp.create_auto_cdc_flow(target="orders", source="orders_src", **MIRROR)
 
 
 class RegionCursor:
@@ -67,5 +48,11 @@ dp.create_extraction_source(
 )
 dp.create_streaming_table("orders_history")
 dp.create_auto_cdc_flow(
-    target="orders_history", source="orders_by_region", stored_as_scd_type=2, **MIRROR
+    target="orders_history",
+    source="orders_by_region",
+    keys=["id"],
+    sequence_by="updated_at",  # as latest.sql's flow: a row's versions by updated_at
+    apply_as_deletes="deleted",  # a soft delete deletes the key
+    except_column_list=["deleted"],
+    stored_as_scd_type=2,
 )
