@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT
@@ -136,12 +137,25 @@ def database(new_table) -> str:
 
 def test_python_and_sql_flows_over_several_runs(spark, tmp_path, database):
     """pyspark's own dp (SCD1) and SQL (SCD2, a materialized view), new files between
-    runs: each target is the reference fold of every file so far."""
-    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2})
+    runs: each target is the reference fold of every file so far. The targets are
+    created with their dataset's clustering and table properties."""
+    clustered = 'dp.create_streaming_table("latest", cluster_by=["id"])'
+    files = {
+        "feed.py": PYSPARK_SCD1.replace('dp.create_streaming_table("latest")', clustered),
+        "history.sql": SQL_SCD2.replace(
+            "STREAMING TABLE history;",
+            "STREAMING TABLE history CLUSTER BY (id) TBLPROPERTIES ('autocdc.test.owner' = 'a');",
+        ),
+    }
+    spec = write_project(tmp_path, database, files)
     drop(tmp_path, "1", A)
     order = run(spark, spec)
     assert order.index("changes") < order.index("latest") < order.index("live_keys")
     assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A)
+    names = ("latest", "history")  # DESCRIBE DETAIL takes `history` for a column
+    details = {t: DeltaTable.forName(spark, f"{database}.{t}").detail().first() for t in names}
+    assert [details[t].clusteringColumns for t in ("latest", "history")] == [["id"], ["id"]]
+    assert details["history"].properties["autocdc.test.owner"] == "a"
 
     drop(tmp_path, "2", B)
     drop(tmp_path, "3", C)

@@ -137,7 +137,27 @@ def test_errors_raised_before_any_table_is_written(spark, new_table):
         users_flow(target, sequence_by="cast(sequenceNum as double)").apply(df)
     with pytest.raises(autocdc.ReservedColumnError):
         users_flow(target).apply(df.withColumn("__END_AT", F.lit(1)))
+    with pytest.raises(autocdc.UnknownColumnError, match=r"`cluster_by` names column.*operation"):
+        users_flow(target, cluster_by=["operation"]).apply(df)  # not a target column
     assert not spark.catalog.tableExists(target)
+
+
+@pytest.mark.parametrize("scd", [1, 2])
+def test_a_target_clustered_by_its_keys_takes_batches_and_optimize(spark, new_table, scd):
+    """``cluster_by`` and ``table_properties`` are the target's from its creation; the
+    MERGEs of later batches and OPTIMIZE (which clusters it) work on it as on any target."""
+    target = new_table("users")
+    props = {"autocdc.test.owner": "shop", "delta.enableDeletionVectors": "false"}
+    flow = users_flow(target, cluster_by=["userId"], table_properties=props, stored_as_scd_type=scd)
+    flow.apply(spark.createDataFrame(EXAMPLE[:4], SCHEMA))
+    spark.sql(f"OPTIMIZE {target}")
+    flow.apply(spark.createDataFrame(EXAMPLE[4:], SCHEMA))
+    (detail,) = spark.sql(f"DESCRIBE DETAIL {target}").collect()
+    assert detail.clusteringColumns == ["userId"]
+    assert props.items() <= detail.properties.items()
+    live = spark.table(target).where("__END_AT IS NULL") if scd == 2 else spark.table(target)
+    got = sorted(tuple(r) for r in live.select("userId", "name", "city").collect())
+    assert got == EXPECTED
 
 
 def test_ties_are_resolved_the_same_in_one_or_two_batches(spark, new_table):

@@ -94,26 +94,31 @@ class KeyBound:
     """Per bounded key column: its values (an IN-list), or None and its range."""
 
     parts: tuple[tuple[str, tuple[object, ...] | None, object, object], ...]
+    equalities: int = MAX_EQUALITIES  # the longest list spelt as ORed equalities
 
     def column(self, alias: str | None = None) -> Column | None:
         """The bound over the key columns (of the DataFrame aliased ``alias``); None
         when no key column is bounded."""
-        predicates = [_predicate(col(name, alias), *part) for name, *part in self.parts]
+        predicates = [
+            _predicate(col(name, alias), *part, self.equalities) for name, *part in self.parts
+        ]
         return reduce(lambda a, b: a & b, predicates) if predicates else None
 
 
 def _predicate(
-    column: Column, values: tuple[object, ...] | None, low: object, high: object
+    column: Column, values: tuple[object, ...] | None, low: object, high: object, equalities: int
 ) -> Column:
     if values is None:
         return column.between(F.lit(low), F.lit(high))
-    if len(values) <= MAX_EQUALITIES:
+    if len(values) <= equalities:
         return reduce(lambda a, b: a | b, [column == F.lit(v) for v in values])
     return column.isin(list(values))
 
 
-def from_row(row: Row, keys: list[StructField]) -> KeyBound:
-    """The bound from a row of :func:`aggregates` (its values where it listed them)."""
+def from_row(row: Row, keys: list[StructField], clustered: bool = False) -> KeyBound:
+    """The bound from a row of :func:`aggregates` (its values where it listed them).
+    ``clustered``: for a target clustered by its keys, every list is spelt as equalities:
+    its files are narrow in the key, so each equality keeps few, and few rows pay."""
     parts = []
     fields = row.asDict()
     for f in keys:
@@ -127,7 +132,7 @@ def from_row(row: Row, keys: list[StructField]) -> KeyBound:
             continue
         listed = None if values is None or len(values) > MAX_IN_LIST else tuple(values)
         parts.append((f.name, listed, low, high))
-    return KeyBound(tuple(parts))
+    return KeyBound(tuple(parts), MAX_IN_LIST if clustered else MAX_EQUALITIES)
 
 
 def restrict(df: DataFrame, bound: KeyBound) -> DataFrame:

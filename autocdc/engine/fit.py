@@ -42,6 +42,7 @@ from autocdc.engine.errors import (
     SchemaMismatchError,
     SequenceGroupsError,
     TargetNotPartialError,
+    UnknownColumnError,
 )
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import col, corrupt_column, sequence_type
@@ -218,6 +219,9 @@ def fit(
         keys.sort(key=lambda f: columns.keys.index(f.name))
         values = [f for f in fields if f.name not in columns.keys]
         target_columns = fields
+        unknown = [c for c in spec.cluster_by or [] if c not in columns.payload]
+        if unknown:
+            raise UnknownColumnError(field="cluster_by", columns=unknown, available=columns.payload)
     else:
         keys, values, changes = _evolve(stored[0], stored[1], columns.payload, batch_types)
         if changes:

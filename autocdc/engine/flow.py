@@ -74,7 +74,13 @@ class AutoCdcFlow(FlowSpec):
             seq = fitted.layout.sequence
             target_fields += [StructField(START_AT, seq), StructField(END_AT, seq)]
         if fitted.creating:
-            tables.create(spark, self.target, StructType(target_fields))
+            tables.create(
+                spark,
+                self.target,
+                StructType(target_fields),
+                self.table_properties,
+                self.cluster_by,
+            )
             crash_point("after_target_create")
             st.create(
                 spark,

@@ -582,7 +582,7 @@ def plan(batch: Batch) -> Plan:
                 batch.names.target,
                 layout,
                 touched,
-                kb.from_row(row, full.keys),
+                kb.from_row(row, full.keys, clustered=bool(batch.spec.cluster_by)),
                 stats["actions"],
                 stats["ties"],
             )

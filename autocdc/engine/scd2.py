@@ -276,6 +276,6 @@ def plan(batch: Batch) -> Plan:
         batch.tracked,
         old_log,
         old_log.unionByName(new_events),
-        kb.from_row(row, layout.keys),
+        kb.from_row(row, layout.keys, clustered=bool(batch.spec.cluster_by)),
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)

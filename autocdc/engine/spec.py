@@ -186,6 +186,15 @@ class FlowSpec(BaseModel):
         "for a key with no state: quarantine it (default) or apply it as if new.",
     )
     name: str | None = Field(default=None, description="Flow name; defaults to the target.")
+    cluster_by: list[str] | None = Field(
+        default=None,
+        description="Delta liquid clustering columns the target is created with (the keys, "
+        "say): once OPTIMIZE has clustered it, a batch's MERGE reads only the files whose "
+        "key range holds its keys.",
+    )
+    table_properties: dict[str, str] | None = Field(
+        default=None, description="Delta table properties the target is created with."
+    )
 
     @field_validator("stored_as_scd_type", mode="before")
     @classmethod

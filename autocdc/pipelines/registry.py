@@ -54,6 +54,7 @@ class Dataset:
     schema: Any = None  # StructType or DDL string, as declared
     table_properties: dict[str, str] = field(default_factory=dict)
     partition_cols: list[str] | None = None
+    cluster_by: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,21 @@ class Registry(GraphElementRegistry):
             raise DuplicateDatasetError(where=source.where, name=name, first=first)
         self.extractions[name] = source
 
+    def link_targets(self) -> None:
+        """Give each AUTO CDC flow its target's ``cluster_by`` and ``table_properties``:
+        the engine creates the target with them."""
+        for name, flow in self.flows.items():
+            dataset = self.datasets.get(flow.target)
+            if not isinstance(flow, CdcFlow) or dataset is None:
+                continue
+            table: dict[str, Any] = {}
+            if dataset.cluster_by:
+                table["cluster_by"] = list(dataset.cluster_by)
+            if dataset.table_properties:
+                table["table_properties"] = dict(dataset.table_properties)
+            if table:
+                self.flows[name] = replace(flow, options={**flow.options, **table})
+
     def link_extractions(self) -> None:
         """Give each flow that reads an extraction source its declaration; refuse what
         cannot be meant (a dataset of the same name, extraction options elsewhere)."""
@@ -253,6 +269,7 @@ class Registry(GraphElementRegistry):
                 schema=getattr(output, "schema", None),
                 table_properties=dict(getattr(output, "table_properties", None) or {}),
                 partition_cols=getattr(output, "partition_cols", None),
+                cluster_by=list(getattr(output, "cluster_by", None) or []) or None,
             )
         )
 
@@ -306,6 +323,7 @@ class Registry(GraphElementRegistry):
                     schema=statement.schema,
                     table_properties=statement.properties,
                     partition_cols=statement.partition_cols,
+                    cluster_by=statement.cluster_by,
                 )
             )
             if statement.query is not None:
@@ -415,4 +433,5 @@ def load(project: Project, spark: SparkSession) -> Registry:
             else:
                 registry.register_sql(path.read_text(), path.relative_to(project.root))
     registry.link_extractions()
+    registry.link_targets()
     return registry
