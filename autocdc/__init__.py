@@ -11,6 +11,7 @@ from autocdc.engine.errors import (
     DefinitionChangedError,
     DuplicateColumnError,
     EmptyKeysError,
+    EngineError,
     InvalidColumnsToUpdateError,
     InvalidKeyTypeError,
     InvalidRetentionError,
@@ -42,6 +43,7 @@ from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.sources import spark_session
 from autocdc.sources.debezium import debezium_changes, debezium_kafka, debezium_sequence
+from autocdc.sources.errors import SourceError
 from autocdc.sources.postgres import postgres_table
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "DefinitionChangedError",
     "DuplicateColumnError",
     "EmptyKeysError",
+    "EngineError",
     "InvalidColumnsToUpdateError",
     "InvalidKeyTypeError",
     "InvalidRetentionError",
@@ -72,6 +75,7 @@ __all__ = [
     "SnapshotMassDeleteError",
     "SnapshotNullKeyError",
     "SnapshotVersionNotNewerError",
+    "SourceError",
     "StateFormatError",
     "TargetNotPartialError",
     "TrackHistoryColumnNotSelectedError",

@@ -60,3 +60,32 @@ def test_the_rule_sees_an_upward_import_inside_a_function() -> None:
         "autocdc",
         "autocdc.sources",
     ]
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for s in cls.__subclasses__() for c in (s, *_subclasses(s))]
+
+
+def test_each_layer_has_its_error_tree_with_stable_codes() -> None:
+    """Every error derives from its layer's base (what a caller catches to handle one
+    layer), which derives from AutoCdcError; each concrete class has a code of its own."""
+    import importlib
+    import pkgutil
+
+    from autocdc.engine.errors import AutoCdcError, EngineError
+    from autocdc.pipelines.errors import PipelineError
+    from autocdc.sources.errors import SourceError
+
+    for info in pkgutil.walk_packages([str(PACKAGE)], "autocdc."):
+        if info.name != "autocdc.__main__":
+            importlib.import_module(info.name)
+    bases = {"autocdc.engine": EngineError, "autocdc.sources": SourceError}
+    bases["autocdc.pipelines"] = PipelineError
+    assert AutoCdcError.__subclasses__() == list(bases.values())
+    errors = [c for c in _subclasses(AutoCdcError) if c not in bases.values()]
+    assert len(errors) > 60
+    for error in errors:
+        layer = next(b for prefix, b in bases.items() if error.__module__.startswith(prefix))
+        assert issubclass(error, layer), (error, layer)
+    codes = [e.error_class for e in errors]
+    assert len(set(codes)) == len(codes) and "AUTOCDC_ERROR" not in codes

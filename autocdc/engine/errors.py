@@ -38,12 +38,18 @@ class AutoCdcError(Exception):
         super().__init__(f"[{self.error_class}] {self.template.format(**params)}")
 
 
-class EmptyKeysError(AutoCdcError):
+class EngineError(AutoCdcError):
+    """An error of the engine (:mod:`autocdc.engine`): a flow's declaration refused, a
+    batch or a table that cannot be applied. What ``AutoCdcFlow`` and
+    ``AutoCdcSnapshotFlow`` raise."""
+
+
+class EmptyKeysError(EngineError):
     error_class = "AUTOCDC_EMPTY_KEYS"
     template = "`keys` is empty. Name the column(s) that identify a row, e.g. keys=['id']."
 
 
-class ConflictingColumnListsError(AutoCdcError):
+class ConflictingColumnListsError(EngineError):
     error_class = "AUTOCDC_CONFLICTING_COLUMN_LISTS"
     template = (
         "Both `{first}` and `{second}` are set. Set at most one of them: the first keeps "
@@ -51,7 +57,7 @@ class ConflictingColumnListsError(AutoCdcError):
     )
 
 
-class KeyNotSelectedError(AutoCdcError):
+class KeyNotSelectedError(EngineError):
     error_class = "AUTOCDC_KEY_NOT_SELECTED"
     template = (
         "Key column(s) {columns} would be removed by `{field}`. Keys are always part of "
@@ -59,7 +65,7 @@ class KeyNotSelectedError(AutoCdcError):
     )
 
 
-class UnknownColumnError(AutoCdcError):
+class UnknownColumnError(EngineError):
     error_class = "AUTOCDC_UNKNOWN_COLUMN"
     template = (
         "`{field}` names column(s) {columns} that the change feed does not have "
@@ -67,7 +73,7 @@ class UnknownColumnError(AutoCdcError):
     )
 
 
-class InvalidSequenceTypeError(AutoCdcError):
+class InvalidSequenceTypeError(EngineError):
     error_class = "AUTOCDC_INVALID_SEQUENCE_TYPE"
     template = (
         "`sequence_by` has type {type}, which cannot order changes. Use an integer, "
@@ -76,7 +82,7 @@ class InvalidSequenceTypeError(AutoCdcError):
     )
 
 
-class MissingSequenceError(AutoCdcError):
+class MissingSequenceError(EngineError):
     error_class = "AUTOCDC_MISSING_SEQUENCE"
     template = (
         "The flow has no `sequence_by`, and the change feed has no string "
@@ -87,7 +93,7 @@ class MissingSequenceError(AutoCdcError):
     )
 
 
-class TruncateWithScd2Error(AutoCdcError):
+class TruncateWithScd2Error(EngineError):
     error_class = "AUTOCDC_TRUNCATE_WITH_SCD2"
     template = (
         "`apply_as_truncates` is set on an SCD type 2 flow. A truncate would erase history; "
@@ -96,7 +102,7 @@ class TruncateWithScd2Error(AutoCdcError):
     )
 
 
-class TrackHistoryWithScd1Error(AutoCdcError):
+class TrackHistoryWithScd1Error(EngineError):
     error_class = "AUTOCDC_TRACK_HISTORY_WITH_SCD1"
     template = (
         "`{field}` is set on an SCD type 1 flow, which keeps no history. Remove it or use "
@@ -104,7 +110,7 @@ class TrackHistoryWithScd1Error(AutoCdcError):
     )
 
 
-class ReservedColumnError(AutoCdcError):
+class ReservedColumnError(EngineError):
     error_class = "AUTOCDC_RESERVED_COLUMN"
     template = (
         "Column(s) {columns} collide with names autocdc reserves (`__START_AT`, `__END_AT`, "
@@ -114,7 +120,7 @@ class ReservedColumnError(AutoCdcError):
     )
 
 
-class SchemaMismatchError(AutoCdcError):
+class SchemaMismatchError(EngineError):
     error_class = "AUTOCDC_SCHEMA_MISMATCH"
     template = (
         "The batch does not fit target `{target}`: {changed}. A batch may add nullable "
@@ -124,22 +130,22 @@ class SchemaMismatchError(AutoCdcError):
     )
 
 
-class InvalidSequenceValueError(AutoCdcError):
+class InvalidSequenceValueError(EngineError):
     error_class = "AUTOCDC_INVALID_SEQUENCE_VALUE"
     template = "{value!r} is not a valid {kind}: {why}. Expected e.g. {example}."
 
 
-class UnknownConnectorError(AutoCdcError):
+class UnknownConnectorError(EngineError):
     error_class = "AUTOCDC_UNKNOWN_CONNECTOR"
     template = "Connector {connector!r} is not supported. Use one of {connectors}."
 
 
-class DuplicateColumnError(AutoCdcError):
+class DuplicateColumnError(EngineError):
     error_class = "AUTOCDC_DUPLICATE_COLUMN"
     template = "`{field}` names {columns} more than once. List each column once."
 
 
-class TrackHistoryColumnNotSelectedError(AutoCdcError):
+class TrackHistoryColumnNotSelectedError(EngineError):
     error_class = "AUTOCDC_TRACK_HISTORY_COLUMN_NOT_SELECTED"
     template = (
         "`{field}` names {columns}, which {why}, so tracking them would mean nothing. "
@@ -147,7 +153,7 @@ class TrackHistoryColumnNotSelectedError(AutoCdcError):
     )
 
 
-class ConflictingIgnoreNullUpdatesError(AutoCdcError):
+class ConflictingIgnoreNullUpdatesError(EngineError):
     error_class = "AUTOCDC_CONFLICTING_IGNORE_NULL_UPDATES"
     template = (
         "Both `{first}` and `{second}` are set. Set at most one of `ignore_null_updates` "
@@ -156,7 +162,7 @@ class ConflictingIgnoreNullUpdatesError(AutoCdcError):
     )
 
 
-class ColumnNotSelectedError(AutoCdcError):
+class ColumnNotSelectedError(EngineError):
     error_class = "AUTOCDC_COLUMN_NOT_SELECTED"
     template = (
         "`{field}` names {columns}, which `column_list` / `except_column_list` leave out "
@@ -165,7 +171,7 @@ class ColumnNotSelectedError(AutoCdcError):
     )
 
 
-class InvalidColumnsToUpdateError(AutoCdcError):
+class InvalidColumnsToUpdateError(EngineError):
     error_class = "AUTOCDC_INVALID_COLUMNS_TO_UPDATE"
     template = (
         "`columns_to_update` names column `{column}` of type {type}: a column given by "
@@ -175,7 +181,7 @@ class InvalidColumnsToUpdateError(AutoCdcError):
     )
 
 
-class TargetNotPartialError(AutoCdcError):
+class TargetNotPartialError(EngineError):
     error_class = "AUTOCDC_TARGET_NOT_PARTIAL"
     template = (
         "Flow `{flow}` sets only some columns of an upsert ({why}), but target `{target}` "
@@ -187,7 +193,7 @@ class TargetNotPartialError(AutoCdcError):
     PYTHON_REMEDY = "flow.full_refresh(spark)"
 
 
-class SequenceGroupsError(AutoCdcError):
+class SequenceGroupsError(EngineError):
     error_class = "AUTOCDC_INVALID_SEQUENCE_GROUPS"
     template = (
         "Flow `{flow}` declares sequence groups that cannot work: {why}. Declare "
@@ -198,7 +204,7 @@ class SequenceGroupsError(AutoCdcError):
     )
 
 
-class InvalidKeyTypeError(AutoCdcError):
+class InvalidKeyTypeError(EngineError):
     error_class = "AUTOCDC_INVALID_KEY_TYPE"
     template = (
         "Key column `{column}` has type {type}, which cannot identify a row reliably "
@@ -207,7 +213,7 @@ class InvalidKeyTypeError(AutoCdcError):
     )
 
 
-class NondeterministicExpressionError(AutoCdcError):
+class NondeterministicExpressionError(EngineError):
     error_class = "AUTOCDC_NONDETERMINISTIC_EXPRESSION"
     template = (
         "`{field}` is not deterministic ({expression}): a replayed batch would be "
@@ -216,7 +222,7 @@ class NondeterministicExpressionError(AutoCdcError):
     )
 
 
-class InvalidRetentionError(AutoCdcError):
+class InvalidRetentionError(EngineError):
     error_class = "AUTOCDC_INVALID_RETENTION"
     template = (
         "tombstone_retention_days={value} is out of range. Use a number of days from 0 to "
@@ -224,7 +230,7 @@ class InvalidRetentionError(AutoCdcError):
     )
 
 
-class DefinitionChangedError(AutoCdcError):
+class DefinitionChangedError(EngineError):
     error_class = "AUTOCDC_DEFINITION_CHANGED"
     template = (
         "Target `{target}` was built with {field}={stored}, but the flow now declares "
@@ -236,7 +242,7 @@ class DefinitionChangedError(AutoCdcError):
     PYTHON_REMEDY = "flow.full_refresh(spark)"
 
 
-class StateFormatError(AutoCdcError):
+class StateFormatError(EngineError):
     error_class = "AUTOCDC_STATE_FORMAT_CHANGED"
     template = (
         "The state table `{table}` was written in format {found} by an older autocdc; this "
@@ -246,7 +252,7 @@ class StateFormatError(AutoCdcError):
     )
 
 
-class RedoMissingError(AutoCdcError):
+class RedoMissingError(EngineError):
     error_class = "AUTOCDC_REDO_MISSING"
     template = (
         "Batch {batch} of `{target}` committed to the target, but its redo (the state rows "
@@ -255,7 +261,7 @@ class RedoMissingError(AutoCdcError):
     )
 
 
-class ConcurrentWriteError(AutoCdcError):
+class ConcurrentWriteError(EngineError):
     error_class = "AUTOCDC_CONCURRENT_WRITE"
     template = (
         "Another writer kept committing to `{table}` while this batch was being applied "
@@ -264,7 +270,7 @@ class ConcurrentWriteError(AutoCdcError):
     )
 
 
-class SnapshotVersionNotNewerError(AutoCdcError):
+class SnapshotVersionNotNewerError(EngineError):
     error_class = "AUTOCDC_SNAPSHOT_VERSION_NOT_NEWER"
     template = (
         "Snapshot version {version} for `{target}` is not greater than the last version "
@@ -274,7 +280,7 @@ class SnapshotVersionNotNewerError(AutoCdcError):
     )
 
 
-class SnapshotDuplicateKeyError(AutoCdcError):
+class SnapshotDuplicateKeyError(EngineError):
     error_class = "AUTOCDC_SNAPSHOT_DUPLICATE_KEY"
     template = (
         "Snapshot version {version} for `{target}` holds {rows} rows with key {key}; "
@@ -283,7 +289,7 @@ class SnapshotDuplicateKeyError(AutoCdcError):
     )
 
 
-class SnapshotNullKeyError(AutoCdcError):
+class SnapshotNullKeyError(EngineError):
     error_class = "AUTOCDC_SNAPSHOT_NULL_KEY"
     template = (
         "Snapshot version {version} for `{target}` has a row whose key {key} is NULL in "
@@ -292,7 +298,7 @@ class SnapshotNullKeyError(AutoCdcError):
     )
 
 
-class SnapshotMassDeleteError(AutoCdcError):
+class SnapshotMassDeleteError(EngineError):
     error_class = "AUTOCDC_SNAPSHOT_MASS_DELETE"
     template = (
         "Snapshot version {version} for `{target}` would delete {deletes} of its {rows} "
@@ -304,7 +310,7 @@ class SnapshotMassDeleteError(AutoCdcError):
     )
 
 
-class SnapshotInvalidVersionError(AutoCdcError):
+class SnapshotInvalidVersionError(EngineError):
     error_class = "AUTOCDC_SNAPSHOT_INVALID_VERSION"
     template = (
         "The snapshot source of `{target}` gave {got}: expected a (DataFrame, version) "
@@ -313,7 +319,7 @@ class SnapshotInvalidVersionError(AutoCdcError):
     )
 
 
-class JarsUnresolvedError(AutoCdcError):
+class JarsUnresolvedError(EngineError):
     error_class = "AUTOCDC_JARS_UNRESOLVED"
     template = (
         "The session's jars ({coordinate}) could not be resolved (spark-submit exited with "

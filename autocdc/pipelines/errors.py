@@ -9,14 +9,19 @@ from __future__ import annotations
 from autocdc.engine.errors import AutoCdcError
 
 
-class PipelineDefinitionError(AutoCdcError):
+class PipelineError(AutoCdcError):
+    """An error of a pipeline (:mod:`autocdc.pipelines`): its spec, its definitions, a run,
+    the operations on it."""
+
+
+class PipelineDefinitionError(PipelineError):
     """A library file could not be loaded, or a definition in it was refused."""
 
     error_class = "AUTOCDC_PIPELINE_DEFINITION"
     template = "{where}: {problem}. {hint}"
 
 
-class DuplicateDatasetError(AutoCdcError):
+class DuplicateDatasetError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_DUPLICATE_DATASET"
     template = (
         "{where}: dataset `{name}` is already defined at {first}. Give one of them another "
@@ -24,12 +29,12 @@ class DuplicateDatasetError(AutoCdcError):
     )
 
 
-class DuplicateFlowError(AutoCdcError):
+class DuplicateFlowError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_DUPLICATE_FLOW"
     template = "{where}: flow `{name}` is already defined at {first}. Give it another name."
 
 
-class UndefinedTargetError(AutoCdcError):
+class UndefinedTargetError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_UNDEFINED_TARGET"
     template = (
         "{where}: flow `{flow}` writes into `{target}`, which the pipeline does not define. "
@@ -38,7 +43,7 @@ class UndefinedTargetError(AutoCdcError):
     )
 
 
-class NotAStreamingTableError(AutoCdcError):
+class NotAStreamingTableError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_TARGET_NOT_STREAMING_TABLE"
     template = (
         "{where}: flow `{flow}` writes into `{target}`, a {kind}. {what} write only into "
@@ -47,7 +52,7 @@ class NotAStreamingTableError(AutoCdcError):
     )
 
 
-class FlowsDisagreeError(AutoCdcError):
+class FlowsDisagreeError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_FLOWS_DISAGREE"
     template = (
         "{where}: AUTO CDC flow `{flow}` writes into `{target}` with {field}={value}, but "
@@ -56,7 +61,7 @@ class FlowsDisagreeError(AutoCdcError):
     )
 
 
-class SnapshotTargetSharedError(AutoCdcError):
+class SnapshotTargetSharedError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_SNAPSHOT_TARGET_SHARED"
     template = (
         "{where}: AUTO CDC FROM SNAPSHOT flow `{flow}` writes into `{target}`, and so does "
@@ -66,7 +71,7 @@ class SnapshotTargetSharedError(AutoCdcError):
     )
 
 
-class BatchQueryForStreamingTableError(AutoCdcError):
+class BatchQueryForStreamingTableError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_BATCH_QUERY_FOR_STREAMING_TABLE"
     template = (
         "{where}: flow `{flow}` into streaming table `{target}` returns a batch query. Read "
@@ -75,7 +80,7 @@ class BatchQueryForStreamingTableError(AutoCdcError):
     )
 
 
-class CycleError(AutoCdcError):
+class CycleError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_CYCLE"
     template = (
         "The datasets {cycle} read each other in a cycle (first at {where}). A pipeline "
@@ -83,7 +88,7 @@ class CycleError(AutoCdcError):
     )
 
 
-class DatasetNotFoundError(AutoCdcError):
+class DatasetNotFoundError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_DATASET_NOT_FOUND"
     template = (
         "{where}: flow `{flow}` reads `{name}`, which is neither a dataset of the pipeline "
@@ -91,12 +96,12 @@ class DatasetNotFoundError(AutoCdcError):
     )
 
 
-class FlowAnalysisError(AutoCdcError):
+class FlowAnalysisError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_FLOW_INVALID"
     template = "{where}: flow `{flow}` cannot run: {problem}"
 
 
-class UnknownDatasetError(AutoCdcError):
+class UnknownDatasetError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_UNKNOWN_DATASET"
     template = (
         "--refresh / --full-refresh / --expect-deletes name(s) {names}, not datasets of the "
@@ -104,7 +109,7 @@ class UnknownDatasetError(AutoCdcError):
     )
 
 
-class PipelineLockedError(AutoCdcError):
+class PipelineLockedError(PipelineError):
     """Another run of the pipeline holds its storage folder (see :mod:`autocdc.pipelines.lock`)."""
 
     error_class = "AUTOCDC_PIPELINE_LOCKED"
@@ -116,7 +121,7 @@ class PipelineLockedError(AutoCdcError):
     )
 
 
-class PipelineLockLostError(AutoCdcError):
+class PipelineLockLostError(PipelineError):
     """The running pipeline's lease went to another run: it stops rather than write beside it."""
 
     error_class = "AUTOCDC_PIPELINE_LOCK_LOST"
@@ -128,7 +133,7 @@ class PipelineLockLostError(AutoCdcError):
     )
 
 
-class UnknownFlowError(AutoCdcError):
+class UnknownFlowError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_UNKNOWN_FLOW"
     template = (
         "The event log of pipeline `{pipeline}` has no batch of flow `{flow}`, nor of one "
@@ -137,7 +142,7 @@ class UnknownFlowError(AutoCdcError):
     )
 
 
-class CheckpointElsewhereError(AutoCdcError):
+class CheckpointElsewhereError(PipelineError):
     """A flow's checkpoint was written for files at another place (see
     :func:`autocdc.pipelines.position.elsewhere`): Spark would fail on it, or worse."""
 

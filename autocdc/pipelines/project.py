@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from autocdc.engine.errors import AutoCdcError
+from autocdc.pipelines.errors import PipelineError
 
 SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")
 WAREHOUSE_KEY = "spark.sql.warehouse.dir"
@@ -38,7 +38,7 @@ LIBRARY_SHAPE = "Write each library as `- glob: {include: transformations/**}`."
 Loc = tuple[Any, ...]
 
 
-class PipelineSpecError(AutoCdcError):
+class PipelineSpecError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_SPEC_INVALID"
     template = "{file}{where}: {problem}. {hint}"
 

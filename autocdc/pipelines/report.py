@@ -23,6 +23,7 @@ from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, ident
 from autocdc.pipelines import eventlog
 from autocdc.pipelines import project as projects
+from autocdc.pipelines.errors import PipelineError
 from autocdc.pipelines.report_html import (
     Batch,
     FlowStatus,
@@ -43,7 +44,7 @@ BATCH_COLUMNS = (
 )  # fmt: skip
 
 
-class ReportKeyError(AutoCdcError):
+class ReportKeyError(PipelineError):
     error_class = "AUTOCDC_REPORT_INVALID_KEY"
     template = "--key {value!r} is not COLUMN=VALUE. Write e.g. --key id=5 (one per key column)."
 

@@ -16,13 +16,13 @@ from datetime import datetime, timedelta
 from html import escape
 from typing import Any
 
-from autocdc.engine.errors import AutoCdcError
+from autocdc.pipelines.errors import PipelineError
 
 # Longest raw row shown in full; a wide row is cut (the table keeps the whole text).
 ROW_CHARS = 400
 
 
-class ReportDependencyError(AutoCdcError):
+class ReportDependencyError(PipelineError):
     error_class = "AUTOCDC_REPORT_DEPENDENCY_MISSING"
     template = (
         "The status page draws its plots with matplotlib, which is not installed. "

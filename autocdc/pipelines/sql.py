@@ -19,7 +19,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
-from autocdc.engine.errors import AutoCdcError
+from autocdc.pipelines.errors import PipelineError
 
 _QUOTED_IDENT = r"`(?:[^`]|``)*`"
 _STRING = r"""'(?:[^'\\]|\\[\s\S]|'')*'|"(?:[^"\\]|\\[\s\S]|"")*\""""
@@ -136,7 +136,7 @@ _PARSER = Lark(
 )
 
 
-class PipelineSqlSyntaxError(AutoCdcError):
+class PipelineSqlSyntaxError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_SQL_SYNTAX"
     template = "{file}:{line}:{column}: {problem}. Expected {expected}. {hint}"
 

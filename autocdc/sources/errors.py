@@ -5,12 +5,17 @@ from __future__ import annotations
 from autocdc.engine.errors import AutoCdcError
 
 
-class SourceOptionError(AutoCdcError):
+class SourceError(AutoCdcError):
+    """An error of a change source (:mod:`autocdc.sources`): a database, a log, a topic or
+    an extraction, and how it is declared."""
+
+
+class SourceOptionError(SourceError):
     error_class = "AUTOCDC_SOURCE_OPTION"
     template = "Option `{option}` of the {source} source {problem}. {fix}"
 
 
-class WalLevelError(AutoCdcError):
+class WalLevelError(SourceError):
     error_class = "AUTOCDC_POSTGRES_WAL_LEVEL"
     template = (
         "PostgreSQL runs with wal_level={level}; log-based capture needs wal_level=logical. "
@@ -18,12 +23,12 @@ class WalLevelError(AutoCdcError):
     )
 
 
-class TableNotFoundError(AutoCdcError):
+class TableNotFoundError(SourceError):
     error_class = "AUTOCDC_POSTGRES_TABLE_NOT_FOUND"
     template = "Table {table} does not exist in the database. Fix the name in option `tables`."
 
 
-class NoPrimaryKeyError(AutoCdcError):
+class NoPrimaryKeyError(SourceError):
     error_class = "AUTOCDC_POSTGRES_NO_PRIMARY_KEY"
     template = (
         "Table {table} has no primary key, so its changes cannot be matched to rows. Give "
@@ -32,7 +37,7 @@ class NoPrimaryKeyError(AutoCdcError):
     )
 
 
-class ReplicaIdentityError(AutoCdcError):
+class ReplicaIdentityError(SourceError):
     error_class = "AUTOCDC_POSTGRES_REPLICA_IDENTITY"
     template = (
         "Table {table} has no primary key and replica identity '{identity}': its updates and "
@@ -41,12 +46,12 @@ class ReplicaIdentityError(AutoCdcError):
     )
 
 
-class UnknownKeyColumnError(AutoCdcError):
+class UnknownKeyColumnError(SourceError):
     error_class = "AUTOCDC_POSTGRES_UNKNOWN_KEY_COLUMN"
     template = "Option `keys.{table}` names {columns}, which {table} does not have ({available})."
 
 
-class NoCdcOrderError(AutoCdcError):
+class NoCdcOrderError(SourceError):
     error_class = "AUTOCDC_EXTRACT_NO_CDC_ORDER"
     template = (
         "WATERMARK extraction source `{source}` has no `cdc_order`, so nothing tells which "
@@ -56,7 +61,7 @@ class NoCdcOrderError(AutoCdcError):
     )
 
 
-class CursorHookMissingError(AutoCdcError):
+class CursorHookMissingError(SourceError):
     error_class = "AUTOCDC_EXTRACT_HOOK_MISSING"
     template = (
         "CUSTOM extraction source `{source}`: its cursor ({cursor}) has no {missing}. A "
@@ -65,7 +70,7 @@ class CursorHookMissingError(AutoCdcError):
     )
 
 
-class BadBatchError(AutoCdcError):
+class BadBatchError(SourceError):
     error_class = "AUTOCDC_EXTRACT_BAD_BATCH"
     template = (
         "The cursor of extraction source `{source}` returned {value} from batches(). Return "
@@ -73,7 +78,7 @@ class BadBatchError(AutoCdcError):
     )
 
 
-class CheckpointNotJsonError(AutoCdcError):
+class CheckpointNotJsonError(SourceError):
     error_class = "AUTOCDC_EXTRACT_CHECKPOINT_NOT_JSON"
     template = (
         "The checkpoint of extraction source `{source}` cannot be stored: {problem}. A "
@@ -82,7 +87,7 @@ class CheckpointNotJsonError(AutoCdcError):
     )
 
 
-class BatchFailedError(AutoCdcError):
+class BatchFailedError(SourceError):
     error_class = "AUTOCDC_EXTRACT_BATCH_FAILED"
     template = (
         "Batch {batch} of {batches} of extraction source `{source}` (WHERE {where}) failed "
@@ -92,7 +97,7 @@ class BatchFailedError(AutoCdcError):
     )
 
 
-class SourceLockedError(AutoCdcError):
+class SourceLockedError(SourceError):
     """Another run reads the source (see :mod:`autocdc.pipelines.lock`)."""
 
     error_class = "AUTOCDC_EXTRACT_LOCKED"
@@ -104,7 +109,7 @@ class SourceLockedError(AutoCdcError):
     )
 
 
-class ExtractionChangedError(AutoCdcError):
+class ExtractionChangedError(SourceError):
     error_class = "AUTOCDC_EXTRACT_DEFINITION_CHANGED"
     template = (
         "Flow `{flow}` holds a checkpoint of extraction source `{source}` taken with "
@@ -114,7 +119,7 @@ class ExtractionChangedError(AutoCdcError):
     )
 
 
-class DebeziumTopicsError(AutoCdcError):
+class DebeziumTopicsError(SourceError):
     error_class = "AUTOCDC_DEBEZIUM_TOPICS"
     template = (
         "A Debezium Kafka source reads either `topics` (a list of names) or `topic_pattern` "
