@@ -1,6 +1,7 @@
 """Debezium's events through a real Kafka broker (KRaft, started here from Maven's jars):
-the Debezium example's PostgreSQL flow reading the topic with ``autocdc.debezium_kafka``
-instead of files, run three times as the events arrive."""
+the Debezium example's PostgreSQL flow reading the topic through ``CREATE DEBEZIUM SOURCE``
+instead of files, run three times as the events arrive; and Debezium's own connector, the
+source declared with ``dp.create_debezium_source``."""
 
 from __future__ import annotations
 
@@ -20,24 +21,11 @@ EXAMPLE = Path(__file__).parent.parent / "pipelines" / "debezium"
 TOPIC = "shop.public.customers"
 # The PostgreSQL flow of the example, reading Kafka: no glue but the source's declaration.
 CUSTOMERS = """
-import autocdc
-from autocdc import pipelines as dp
-
-
-@dp.temporary_view
-def customer_changes():
-    return autocdc.debezium_kafka(
-        spark,  # noqa: F821
-        bootstrap_servers="{servers}",
-        topics=["{topic}"],
-        row_schema="id INT, name STRING, city STRING",
-        connector="postgresql",
-        table="public.customers",
-    )
-
-
-dp.create_streaming_table("customers")
-dp.create_auto_cdc_flow(target="customers", source="customer_changes", keys=["id"])
+CREATE DEBEZIUM SOURCE customer_changes FROM KAFKA '{servers}'
+  TOPICS ('{topic}') CONNECTOR postgresql
+  SCHEMA (id INT, name STRING, city STRING) TABLE 'public.customers';
+CREATE STREAMING TABLE customers;
+AUTO CDC INTO customers FROM customer_changes KEYS (id);
 """
 
 
@@ -66,7 +54,8 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
         EXAMPLE, root, ignore=shutil.ignore_patterns("storage", "warehouse", "autocdc-*")
     )
     (root / "data" / "postgres").rename(tmp_path / "events")
-    (root / "transformations" / "customers.py").write_text(
+    (root / "transformations" / "customers.py").unlink()  # declared in SQL instead
+    (root / "transformations" / "customers.sql").write_text(
         CUSTOMERS.format(servers=broker.servers, topic=TOPIC)
     )
     (root / "transformations" / "products.py").unlink()  # the MySQL flow reads files
@@ -97,22 +86,16 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
 
 
 HISTORY = """
-import autocdc
 from autocdc import pipelines as dp
 
-
-@dp.temporary_view
-def changes():
-    return autocdc.debezium_kafka(
-        spark,  # noqa: F821
-        bootstrap_servers="{servers}",
-        topic_pattern="live\\\\..*",
-        row_schema="id INT, name STRING, city STRING",
-        connector="postgresql",
-        table="public.customers",
-    )
-
-
+dp.create_debezium_source(
+    name="changes",
+    bootstrap_servers="{servers}",
+    topic_pattern="live\\\\..*",
+    row_schema="id INT, name STRING, city STRING",
+    connector="postgresql",
+    table="public.customers",
+)
 dp.create_streaming_table("customers")
 dp.create_auto_cdc_flow(target="customers", source="changes", keys=["id"])
 dp.create_streaming_table("customers_history")

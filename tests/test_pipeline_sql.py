@@ -11,6 +11,7 @@ from autocdc.pipelines.sql import (
     AutoCdcSnapshotStatement,
     AutoCdcStatement,
     CreateDataset,
+    DebeziumStatement,
     ExtractionStatement,
     InsertFlow,
     Location,
@@ -439,6 +440,32 @@ def test_a_bad_clause_lists_the_clauses_that_may_follow() -> None:
     assert "TRACK HISTORY ON" in err.params["expected"]
 
 
+def test_debezium_source() -> None:
+    """``autocdc.debezium_kafka``'s arguments as clauses; Spark's options kept as text."""
+    source = one(
+        "CREATE DEBEZIUM SOURCE changes FROM KAFKA 'broker:9092'\n"
+        "  TOPIC PATTERN 'shop\\\\..*' CONNECTOR MySQL\n"
+        "  SCHEMA (id INT, name STRING) TABLE 'shop.customers'\n"
+        "  OPTIONS (maxOffsetsPerTrigger = 1000, failOnDataLoss = false)"
+    )
+    assert source == DebeziumStatement(
+        name="changes",
+        options={
+            "bootstrap_servers": "broker:9092",
+            "connector": "mysql",
+            "row_schema": "id INT, name STRING",
+            "topic_pattern": "shop\\..*",
+            "table": "shop.customers",
+            "options": {"maxOffsetsPerTrigger": "1000", "failOnDataLoss": "false"},
+        },
+        location=Location("p.sql", 1, 1),
+    )
+    listed = one(
+        "CREATE DEBEZIUM SOURCE c FROM KAFKA 'k:1' TOPICS ('a', 'b') CONNECTOR x SCHEMA (i INT)"
+    )
+    assert listed.options["topics"] == ["a", "b"] and listed.options["connector"] == "x"
+
+
 @pytest.mark.parametrize(
     ("text", "column", "problem"),
     [
@@ -450,6 +477,9 @@ def test_a_bad_clause_lists_the_clauses_that_may_follow() -> None:
         ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' ORDER BY at DOWN", 62, "`DOWN`"),
         ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LIMIT 1 LIMIT 2", 58, "LIMIT is given"),
         ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LIMIT 'ten'", 56, "unexpected `'ten'`"),
+        ("CREATE DEBEZIUM SOURCE s CONNECTOR mysql TOPICS ('t') SCHEMA (i INT)", 1, "FROM KAFKA"),
+        ("CREATE DEBEZIUM SOURCE s FROM KAFKA 'k:1' CONNECTOR mysql SCHEMA (i INT)", 1, "TOPICS"),
+        ("CREATE DEBEZIUM SOURCE s FROM KAFKA 'k:1' CONNECTOR mysql TOPICS ('t')", 1, "SCHEMA"),
     ],
 )
 def test_errors_point_at_the_problem(text: str, column: int, problem: str) -> None:

@@ -21,6 +21,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 from test_crash import ROOT
 
 from autocdc import pipelines as dp
+from autocdc.engine.errors import UnknownConnectorError
 from autocdc.pipelines import cli, errors, graph, lock, project, registry, runner, scaffold
 from autocdc.sources.errors import TableNotFoundError
 
@@ -366,6 +367,13 @@ BAD = {
             "feed.py": PYSPARK_SCD1,
             "more.sql": "CREATE FLOW backfill AS AUTO CDC INTO latest FROM STREAM(changes) "
             "KEYS (id, a) SEQUENCE BY seq COLUMNS * EXCEPT (op, seq);",
+        },
+    ),
+    "debezium_unknown_connector": (
+        UnknownConnectorError,
+        {
+            "cdc.sql": "CREATE DEBEZIUM SOURCE s FROM KAFKA 'k:1' TOPICS ('t') CONNECTOR oracle "
+            "SCHEMA (id INT);"
         },
     ),
     "scd2_of_pyspark_dp": (

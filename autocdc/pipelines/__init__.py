@@ -40,6 +40,7 @@ __all__ = [
     "append_flow",
     "create_auto_cdc_flow",
     "create_auto_cdc_from_snapshot_flow",
+    "create_debezium_source",
     "create_extraction_source",
     "create_streaming_table",
     "materialized_view",
@@ -120,6 +121,54 @@ def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any)
             hint="Run the pipeline with `autocdc run` (or dp.run).",
         )
     registry.add_extraction(ExtractionSource(source, where(location)))
+
+
+def create_debezium_source(
+    *,
+    name: str,
+    bootstrap_servers: str,
+    row_schema: str,
+    connector: str,
+    topics: list[str] | None = None,
+    topic_pattern: str | None = None,
+    table: str | None = None,
+    options: dict[str, str] | None = None,
+) -> None:
+    """Declare ``name``, the change rows of a Debezium connector's Kafka topics (``topics``
+    by name or ``topic_pattern``, a Java regex), read from the earliest offset: what
+    :func:`autocdc.debezium_kafka` returns, with no glue code. ``row_schema``: the row's
+    columns as Debezium writes them; ``connector``: ``"postgresql"`` or ``"mysql"``;
+    ``table``: one table of a multi-table topic; ``options``: Spark's Kafka source options.
+    An AUTO CDC flow reads it as ``source=name`` without ``sequence_by`` (its rows carry
+    BigQuery-style change columns). See docs/sources.md.
+
+    >>> dp.create_debezium_source(name="customer_changes", bootstrap_servers="kafka:9092",
+    ...     topics=["shop.public.customers"], row_schema="id INT, name STRING",
+    ...     connector="postgresql")  # doctest: +SKIP
+    >>> dp.create_auto_cdc_flow(target="customers", source="customer_changes",
+    ...                         keys=["id"])  # doctest: +SKIP
+    """
+    from autocdc.pipelines.errors import PipelineDefinitionError
+    from autocdc.pipelines.registry import Registry, where
+
+    location = where(get_caller_source_code_location(stacklevel=1))
+    registry = get_active_graph_element_registry()
+    if not isinstance(registry, Registry):
+        raise PipelineDefinitionError(
+            where=location,
+            problem=f"Debezium source `{name}` is an autocdc definition",
+            hint="Run the pipeline with `autocdc run` (or dp.run).",
+        )
+    given = {"topics": topics, "topic_pattern": topic_pattern, "table": table}
+    registry.add_debezium(
+        name,
+        location,
+        bootstrap_servers=bootstrap_servers,
+        row_schema=row_schema,
+        connector=connector,
+        options=options,
+        **{k: v for k, v in given.items() if v is not None},
+    )
 
 
 def create_auto_cdc_from_snapshot_flow(

@@ -9,6 +9,7 @@ own CLI to load unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import traceback
@@ -36,6 +37,7 @@ from autocdc.pipelines.errors import (
     PipelineDefinitionError,
 )
 from autocdc.pipelines.project import Project
+from autocdc.sources import debezium
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
 Kind = Literal["streaming_table", "materialized_view", "temporary_view"]
@@ -196,6 +198,16 @@ class Registry(GraphElementRegistry):
             raise DuplicateDatasetError(where=source.where, name=name, first=first)
         self.extractions[name] = source
 
+    def add_debezium(self, name: str, at: str, **options: Any) -> None:
+        """A view of the change rows of a Debezium connector's Kafka topics
+        (:func:`autocdc.debezium_kafka`, with ``options``), checked now."""
+        debezium.check(
+            options.get("connector"), options.get("topics"), options.get("topic_pattern")
+        )
+        self.add_dataset(Dataset(name=name, kind="temporary_view", where=at))
+        query = functools.partial(debezium.debezium_kafka, self.spark, **options)
+        self.add_flow(QueryFlow(name, name, query, at))
+
     def link_targets(self) -> None:
         """Give each AUTO CDC flow its target's ``cluster_by`` and ``table_properties``:
         the engine creates the target with them."""
@@ -334,6 +346,8 @@ class Registry(GraphElementRegistry):
             self.add_flow(
                 QueryFlow(statement.name, statement.target, self._sql(statement.query), at)
             )
+        elif isinstance(statement, sql.DebeziumStatement):
+            self.add_debezium(statement.name, at, **statement.options)
         elif isinstance(statement, sql.ExtractionStatement):
             self.add_extraction(ExtractionSource(_extraction(statement, at), at))
         elif isinstance(statement, sql.AutoCdcSnapshotStatement):

@@ -32,7 +32,7 @@ _ITEM = _HEAD + ' | "." | "," | "=" | "*"'
 _GRAMMAR = rf"""
 start: _stmt? (";" _stmt?)*
 _stmt: streaming_table | materialized_view | temporary_view | insert_flow | cdc_flow
-    | snapshot_flow | extraction_source | set_conf
+    | snapshot_flow | extraction_source | debezium_source | set_conf
 
 streaming_table: "CREATE"i _refresh? "STREAMING"i "TABLE"i name schema? _clause* ("AS"i query)?
 materialized_view: "CREATE"i _refresh? "MATERIALIZED"i "VIEW"i name schema? _clause* "AS"i query
@@ -42,6 +42,7 @@ cdc_flow: _create_flow? _cdc_into name "FROM"i source keys _cdc_clause*
 snapshot_flow: _create_flow? _cdc_into name "FROM"i snapshot keys _snapshot_clause*
 set_conf: "SET"i set_key "=" query
 extraction_source: "CREATE"i "EXTRACTION"i "SOURCE"i name "FROM"i name _extract_clause*
+debezium_source: "CREATE"i "DEBEZIUM"i "SOURCE"i name _debezium_clause*
 _refresh: "OR"i "REFRESH"i
 _replace: "OR"i ("REFRESH"i | "REPLACE"i)
 _create_flow: "CREATE"i "FLOW"i name comment? "AS"i
@@ -93,6 +94,16 @@ lookback: "LOOKBACK"i (STRING | NUMBER)
 limit: "LIMIT"i NUMBER
 typed_columns: "COLUMNS"i schema
 extract_options: "OPTIONS"i "(" prop ("," prop)* ")"
+// a Debezium connector's Kafka topics: FROM KAFKA, TOPICS or TOPIC PATTERN, CONNECTOR,
+// SCHEMA (the row's columns), TABLE (one table of a multi-table topic), OPTIONS (Spark's)
+_debezium_clause: kafka | topics | topic_pattern | connector | row_schema | source_table
+    | extract_options | comment
+kafka: "FROM"i "KAFKA"i STRING
+topics: "TOPICS"i "(" STRING ("," STRING)* ")"
+topic_pattern: "TOPIC"i "PATTERN"i STRING
+connector: "CONNECTOR"i IDENT
+row_schema: "SCHEMA"i schema
+source_table: "TABLE"i STRING
 
 name: _ident ("." _ident)*
 _ident: IDENT | QUOTED_IDENT
@@ -222,6 +233,15 @@ class ExtractionStatement:
 
 
 @dataclass(frozen=True)
+class DebeziumStatement:
+    """CREATE DEBEZIUM SOURCE: :func:`autocdc.debezium_kafka`'s arguments, as written."""
+
+    name: str
+    options: dict[str, Any]  # bootstrap_servers, topics | topic_pattern, connector, ...
+    location: Location
+
+
+@dataclass(frozen=True)
 class SetConf:
     key: str
     value: str
@@ -234,14 +254,15 @@ Statement = (
     | AutoCdcStatement
     | AutoCdcSnapshotStatement
     | ExtractionStatement
+    | DebeziumStatement
     | SetConf
 )
 
 _SUPPORTED = (
     "Supported statements: CREATE [OR REFRESH] STREAMING TABLE, CREATE [OR REFRESH] "
     "MATERIALIZED VIEW, CREATE TEMPORARY VIEW, CREATE FLOW, AUTO CDC INTO (or APPLY "
-    "CHANGES INTO), CREATE EXTRACTION SOURCE and SET; run anything else outside the "
-    "pipeline."
+    "CHANGES INTO), CREATE EXTRACTION SOURCE, CREATE DEBEZIUM SOURCE and SET; run anything "
+    "else outside the pipeline."
 )
 _GENERIC_HINT = "Check for a misspelled keyword or a missing `;` between statements."
 # How lark's terminals read in messages, in the order they are listed there; other
@@ -254,6 +275,7 @@ _READABLE = {
     "TEMPORARY": "TEMPORARY VIEW",
     "FLOW": "FLOW",
     "EXTRACTION": "EXTRACTION SOURCE",
+    "DEBEZIUM": "DEBEZIUM SOURCE",
     "AUTO": "AUTO CDC INTO",
     "IGNORE": "IGNORE NULL UPDATES",
     "ONCE": "ONCE",
@@ -297,6 +319,12 @@ _CLAUSE_WORDS = {
     "limit": "LIMIT",
     "typed_columns": "COLUMNS",
     "extract_options": "OPTIONS",
+    "kafka": "FROM KAFKA",
+    "topics": "TOPICS",
+    "topic_pattern": "TOPIC PATTERN",
+    "connector": "CONNECTOR",
+    "row_schema": "SCHEMA",
+    "source_table": "TABLE",
 }
 _PLAIN_NAME = re.compile(r"[^\W\d]\w*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
@@ -510,6 +538,36 @@ class _Builder(Transformer):
             options=options,
             location=self._loc(meta),
         )
+
+    def debezium_source(self, meta: Meta, children: list[Any]) -> DebeziumStatement:
+        (name,), c = self._split(children)
+        for key, clause in (("kafka", "FROM KAFKA 'host:port'"), ("connector", "CONNECTOR")):
+            if key not in c:
+                raise _error(
+                    self._file, meta.line, meta.column, f"Debezium source {name} has no "
+                    f"{_CLAUSE_WORDS[key]}", clause, f"Add {clause} to the statement.",
+                )  # fmt: skip
+        if ("topics" in c) == ("topic_pattern" in c) or "row_schema" not in c:
+            raise _error(
+                self._file, meta.line, meta.column,
+                f"Debezium source {name} needs SCHEMA and one of TOPICS or TOPIC PATTERN",
+                "SCHEMA (columns) and TOPICS ('a', ...) or TOPIC PATTERN 'regex'",
+                "Name the topics (or a pattern) and the row's columns.",
+            )  # fmt: skip
+        options: dict[str, Any] = {
+            "bootstrap_servers": _unquote(c["kafka"][0]),
+            "connector": str(c["connector"][0]).lower(),
+            "row_schema": c["row_schema"][0].value[0],
+        }
+        if "topics" in c:
+            options["topics"] = [_unquote(t) for t in c["topics"]]
+        else:
+            options["topic_pattern"] = _unquote(c["topic_pattern"][0])
+        if "source_table" in c:
+            options["table"] = _unquote(c["source_table"][0])
+        if "extract_options" in c:
+            options["options"] = dict(c["extract_options"])
+        return DebeziumStatement(name, options, self._loc(meta))
 
     def ordered(self, meta: Meta, children: list[Any]) -> str:
         column, *direction = children

@@ -229,6 +229,14 @@ def debezium_changes(
     ).select("image.*", CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt)
 
 
+def check(connector: str | None, topics: list[str] | None, topic_pattern: str | None) -> None:
+    """Refuse what :func:`debezium_kafka` cannot read, before a session is needed."""
+    if connector not in CONNECTORS:
+        raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
+    if (topics is None) == (topic_pattern is None):
+        raise DebeziumTopicsError(topics=topics, pattern=topic_pattern)
+
+
 def debezium_kafka(
     spark: SparkSession,
     *,
@@ -251,8 +259,7 @@ def debezium_kafka(
     ...     topics=["shop.public.customers"], row_schema="id INT, name STRING",
     ...     connector="postgresql")  # doctest: +SKIP
     """
-    if (topics is None) == (topic_pattern is None):
-        raise DebeziumTopicsError(topics=topics, pattern=topic_pattern)
+    check(connector, topics, topic_pattern)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
