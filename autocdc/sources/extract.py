@@ -192,10 +192,10 @@ class Watermark:
                 terms.append(f"{ident(o.column)} IS NOT NULL")
             else:
                 terms.append(f"{ident(o.column)} {'<=' if o.descending else '>='} %s")
-                params.append(self.behind(o, value))
+                params.append(self.looked_back(o, value))
         return [Batch(" OR ".join(terms), tuple(params))]
 
-    def behind(self, o: Order, value: Any) -> Any:
+    def looked_back(self, o: Order, value: Any) -> Any:
         """``value`` moved back by the lookback along ``o``'s direction."""
         if self.lookback is None:
             return value
