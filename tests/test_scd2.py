@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
+from reference import DELETE, UPSERT, Change, fold_scd2
 from test_scd1 import EXAMPLE, SCHEMA
 
 import autocdc
@@ -126,3 +127,37 @@ def test_struct_sequence_bounds_are_structs(spark, new_table):
         for r in spark.table(target).collect()
     }
     assert got == {("a", (1, 9), (2, 0)), ("b", (2, 0), (2, 1)), ("c", (2, 1), None)}
+
+
+def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(spark, new_table):
+    """Most keys take one change after all they logged and only continue their history
+    (close, update in place, open); late keys and keys changed twice are rebuilt. Both
+    kinds in one batch, ``city`` untracked, then a replay and a further batch."""
+    target = new_table("hist_mixed")
+    flow = history_flow(target, track_history_except_column_list=["city"])
+    first = [(k, f"n{k}", "c", "INSERT", 10) for k in range(1, 9)]
+    first += [(7, None, None, "DELETE", 20), (8, None, None, "DELETE", 20)]
+    second = [
+        (1, "n1b", "c", "UPDATE", 30),  # tracked value: closes and opens
+        (2, "n2", "moved", "UPDATE", 30),  # untracked value: in place
+        (3, "n3", "c", "UPDATE", 30),  # the same values: nothing to write
+        (4, None, None, "DELETE", 30),  # closes
+        (7, None, None, "DELETE", 30),  # already gone: nothing
+        (8, "n8b", "c", "UPDATE", 30),  # back to life: opens
+        (9, "n9", "c", "INSERT", 30),  # new key
+        (5, "n5-early", "c", "INSERT", 5),  # late: rebuilt
+        (6, "n6b", "c", "UPDATE", 30),  # two changes: rebuilt
+        (6, "n6c", "x", "UPDATE", 40),
+        (10, "n10", "c", "INSERT", 30),  # new key, inserted and deleted: rebuilt
+        (10, None, None, "DELETE", 40),
+    ]
+    third = [(1, "n1c", "c", "UPDATE", 50), (2, None, None, "DELETE", 50)]
+    for rows in (first, second, second, third):
+        flow.apply(spark.createDataFrame(rows, SCHEMA))
+
+    changes = [
+        Change(k, s, DELETE if op == "DELETE" else UPSERT, () if op == "DELETE" else (n, c))
+        for k, n, c, op, s in first + second + third
+    ]
+    expected = [(k, *v, s, e) for k, v, s, e in fold_scd2(changes, tracked=[0])]
+    assert_versions(spark, target, expected)
