@@ -25,7 +25,6 @@ before the list was kept) set its non-NULL columns.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -47,7 +46,7 @@ VERSION, NEXT, VALUES, GONE = (
     "__autocdc_gone",
 )
 DEDUP, NEW, HELD, GEN = "__autocdc_dedup", "__autocdc_new", "__autocdc_held", "__autocdc_gen"
-FRESH, SIMPLE = "__autocdc_fresh", "__autocdc_simple"
+FRESH, SIMPLE, TOUCHED = "__autocdc_fresh", "__autocdc_simple", "__autocdc_touched"
 LAST, EVENT = "__autocdc_last", "__autocdc_event"
 
 
@@ -164,18 +163,6 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
     )
 
 
-def _same(types: dict[str, DataType]) -> Column:
-    """Rows aliased ``n`` and ``o`` agree on every column of ``types`` (NULL-safe, maps
-    as JSON): the join condition that finds what the state or the target already holds."""
-    return reduce(
-        lambda a, b: a & b,
-        [
-            st.comparable(c, t, col(c, "n")).eqNullSafe(st.comparable(c, t, col(c, "o")))
-            for c, t in types.items()
-        ],
-    )
-
-
 def _continued(
     layout: st.Layout, tracked: list[str], rows: DataFrame, types: dict[str, DataType]
 ) -> DataFrame:
@@ -234,15 +221,15 @@ def merge(
     target: str,
     layout: st.Layout,
     tracked: list[str],
-    old_log: DataFrame,
-    new_events: DataFrame,
+    rows: DataFrame,
     keys_bound: kb.KeyBound,
 ) -> Callable[[], DataFrame]:
-    """The MERGE that turns the touched keys' history as ``old_log`` gives it (what the
-    target holds: the log describes the target) into the one ``old_log`` and
-    ``new_events`` give: versions that changed or are new are written, versions that are
-    gone deleted, the rest not touched. Nothing runs until called, and the target is not
-    read but to MERGE, within ``keys_bound`` (the touched keys')."""
+    """The MERGE that turns the touched keys' history as their log gives it (what the
+    target holds: the log describes the target) into the one their log and new changes
+    give (``rows``: both, spread by key, the changes marked ``FRESH``): versions that
+    changed or are new are written, versions that are gone deleted, the rest not touched.
+    Nothing runs until called, and the target is not read but to MERGE, within
+    ``keys_bound`` (the touched keys')."""
     keys, values = layout.key_names, layout.value_names
     types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
     types |= {START_AT: layout.sequence, END_AT: layout.sequence}
@@ -257,11 +244,6 @@ def merge(
         rest = {c: t for c, t in types.items() if c not in (*keys, START_AT)}
         compared = F.struct(*[st.comparable(c, t).alias(c) for c, t in rest.items()])
         key_cols = [col(k) for k in keys]
-        rows = (
-            old_log.withColumn(FRESH, F.lit(False))
-            .unionByName(new_events.withColumn(FRESH, F.lit(True)))
-            .repartition(*key_cols)
-        )
         is_new = col(FRESH)
         per_key = Window.partitionBy(*key_cols)
         continued = (
@@ -274,8 +256,8 @@ def merge(
                 F.lit(True),
             )
         )
-        rows = rows.withColumn(SIMPLE, continued)
-        both = rows.where(~col(SIMPLE)).select(
+        spread = rows.withColumn(SIMPLE, continued)
+        both = spread.where(~col(SIMPLE)).select(
             "*",
             F.explode(
                 F.when(is_new, F.array(F.lit(1))).otherwise(F.array(F.lit(0), F.lit(1)))
@@ -299,7 +281,7 @@ def merge(
         )
         if not layout.partial:
             rebuilt = rebuilt.unionByName(
-                _continued(layout, tracked, rows.where(col(SIMPLE)), types)
+                _continued(layout, tracked, spread.where(col(SIMPLE)), types)
             )
         # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none).
         source = rebuilt.localCheckpoint()
@@ -327,35 +309,43 @@ def merge(
 
 
 def plan(batch: Batch) -> Plan:
-    """Log the batch's new changes; continue or rebuild the touched keys' history."""
+    """Log the batch's new changes; continue or rebuild the touched keys' history.
+
+    One shuffle by key for the whole batch: the log of the batch's keys and its changes
+    side by side, materialized once. A change is new unless its key logged the same
+    change; only keys with a new change reach the MERGE."""
     spark, layout = batch.spark, batch.layout
     keys = layout.key_names
+    key_cols = [col(k) for k in keys]
     events = event_rows(batch.staged.changes, layout, batch.batch_id)
     logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
-    batch_keys = sizing.small(events.select(*[col(k) for k in keys]).distinct(), batch.counts.keyed)
-    logged = (
-        kb.restrict(logged, batch.counts.key_range)
-        .join(batch_keys, keys, "left_semi")
-        .localCheckpoint()
-    )
+    batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
+    logged = kb.restrict(logged, batch.counts.key_range).join(batch_keys, keys, "left_semi")
     fields = {f.name: f.dataType for f in layout.schema().fields}
     logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
     compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
-    known = logged.select(*[col(c) for c in fields if c in compared])
-    flagged = (
-        events.alias("n")
-        .join(known.withColumn(NEW, F.lit(False)).alias("o"), _same(compared), "left")
-        .select("n.*", F.coalesce(col(NEW, "o"), F.lit(True)).alias(NEW))
+    same_change = Window.partitionBy(*[st.comparable(c, t) for c, t in compared.items()])
+    fresh = col(FRESH)
+    rows = (
+        logged.withColumn(FRESH, F.lit(False))
+        .unionByName(events.withColumn(FRESH, F.lit(True)))
+        .repartition(*key_cols)
+        .withColumn(NEW, fresh & ~F.max(~fresh).over(same_change))
+        .withColumn(TOUCHED, F.max(col(NEW)).over(Window.partitionBy(*key_cols)))
+        .localCheckpoint()
     )
-    flagged = flagged.localCheckpoint()
-    new_events = flagged.where(col(NEW)).drop(NEW)
-    row = flagged.agg(
-        F.count(F.lit(1)).alias("distinct"),
-        F.count(F.when(col(NEW) & col(st.LIVE), 1)).alias("upserts"),
-        F.count(F.when(col(NEW) & ~col(st.LIVE), 1)).alias("deletes"),
-        # The MERGE's key bound: the keys of new changes (listed if there can be few).
-        *kb.aggregates(layout.keys, col(NEW), listed=batch.counts.keyed <= kb.MAX_IN_LIST),
-    ).first()
+    new_events = rows.where(col(NEW)).drop(FRESH, NEW, TOUCHED)
+    row = (
+        rows.where(fresh)
+        .agg(
+            F.count(F.lit(1)).alias("distinct"),
+            F.count(F.when(col(NEW) & col(st.LIVE), 1)).alias("upserts"),
+            F.count(F.when(col(NEW) & ~col(st.LIVE), 1)).alias("deletes"),
+            # The MERGE's key bound: the keys of new changes (listed if there can be few).
+            *kb.aggregates(layout.keys, col(NEW), listed=batch.counts.keyed <= kb.MAX_IN_LIST),
+        )
+        .first()
+    )
     new = row["upserts"] + row["deletes"]
     stats = {
         "distinct": row["distinct"],
@@ -367,17 +357,12 @@ def plan(batch: Batch) -> Plan:
     }
     if not new:
         return Plan(state_rows=new_events, merge=None, late=None, stats=stats)
-    new_keys = sizing.small(new_events.select(*[col(k) for k in keys]).distinct(), new)
-    # Materialized: both histories read it twice (upserts, deletes), and each read would
-    # broadcast the new keys in a Spark job of its own.
-    old_log = logged.join(new_keys, keys, "left_semi").localCheckpoint()
     run = merge(
         spark,
         batch.names.target,
         layout,
         batch.tracked,
-        old_log,
-        new_events,
+        rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED),
         kb.from_row(row, layout.keys, clustered=bool(batch.spec.cluster_by)),
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
