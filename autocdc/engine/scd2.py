@@ -236,11 +236,12 @@ def merge(
     columns = list(types)
 
     def run() -> DataFrame:
-        # Spread by key once. A key whose one new change comes after its log continues
-        # its history (``_continued``); any other is rebuilt: both histories in one pass,
-        # the held one (GEN 0, from ``old_log``) and the fresh one (GEN 1), each version
-        # paired with the other's at its (keys, start) by a grouping, not a join (two
-        # histories and a full join were 8.7 s of a 100k-change batch into 1M rows).
+        # ``rows`` is spread by key already. A key whose one new change comes after its
+        # log continues its history (``_continued``); any other is rebuilt: both histories
+        # in one pass, the held one (GEN 0: its log) and the new one (GEN 1: its log and
+        # its new changes), each version paired with the other's at its (keys, start) by
+        # a grouping, not a join (two histories and a full join were 8.7 s of a
+        # 100k-change batch into 1M rows).
         rest = {c: t for c, t in types.items() if c not in (*keys, START_AT)}
         compared = F.struct(*[st.comparable(c, t).alias(c) for c, t in rest.items()])
         key_cols = [col(k) for k in keys]
