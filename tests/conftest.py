@@ -7,6 +7,7 @@ import pytest
 from hypothesis import Phase, settings
 
 import autocdc
+from autocdc.engine import batch as engine_batch
 
 # CI runs a fixed, bounded set of examples and does not shrink a failure (each example
 # costs seconds of Spark; shrinking could take many minutes per failing test);
@@ -94,3 +95,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (not any(t.get_closest_marker("e2e") for t in tests), -len(tests))
 
     items[:] = [item for tests in sorted(files.values(), key=weight) for item in tests]
+
+
+@pytest.fixture
+def sole_batches(monkeypatch):
+    """Whether each batch applied was folded row by row (its changes sole, nothing
+    stored: ``autocdc.engine.batch.sole_changes``), in order."""
+    seen: list[bool] = []
+    real = engine_batch.sole_changes
+
+    def spy(batch):
+        seen.append(real(batch))
+        return seen[-1]
+
+    for strategy in ("scd1", "scd2"):
+        monkeypatch.setattr(f"autocdc.engine.{strategy}.sole_changes", spy)
+    return seen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
+from reference import DELETE, UPSERT, Change, fold_scd1
 
 import autocdc
 from autocdc.engine.errors import (
@@ -41,6 +42,46 @@ def users_flow(target, **overrides):
 def assert_target(spark, target, rows, schema="userId int, name string, city string"):
     expected = spark.createDataFrame(rows, schema)
     assert_df_equality(spark.table(target), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def as_changes(rows):
+    """``(key, name, city, operation, sequence)`` rows as the reference fold's changes."""
+    return [
+        Change(k, s, DELETE, ()) if op == "DELETE" else Change(k, s, UPSERT, (n, c))
+        for k, n, c, op, s in rows
+    ]
+
+
+SOLE_FIRST = [
+    (1, "a", "x", "INSERT", 10),
+    (2, "b", "x", "INSERT", 10),
+    (3, None, None, "DELETE", 10),  # a tombstone
+    (4, "d", "x", "INSERT", 10),
+    (5, "e", None, "INSERT", 10),
+]
+SOLE_SECOND = [
+    (1, "a2", "x", "UPDATE", 10),  # ties the stored sequence: the greater row wins
+    (2, "b", "x", "UPDATE", 10),  # the same change again
+    (3, "c", "x", "INSERT", 5),  # below its delete: dead
+    (4, "d0", "x", "UPDATE", 5),  # late
+    (5, None, "y", "UPDATE", 20),
+    (6, "f", "x", "INSERT", 1),
+]
+
+
+@pytest.mark.parametrize("ignore_null_updates", [False, True])
+def test_a_first_batch_of_one_change_per_key_is_folded_row_by_row_as_the_fold_says(
+    spark, new_table, sole_batches, ignore_null_updates
+):
+    """The first batch (nothing stored, no key twice) skips the shuffle; what it stores
+    (tombstones, winners' hashes, per-column sequences) judges the next batch as ever."""
+    target = new_table("sole")
+    flow = users_flow(target, ignore_null_updates=ignore_null_updates)
+    for rows in (SOLE_FIRST, SOLE_SECOND):
+        flow.apply(spark.createDataFrame(rows, SCHEMA))
+    assert sole_batches == [True, False]
+    expected = fold_scd1(as_changes(SOLE_FIRST + SOLE_SECOND), ignore_null_updates)
+    assert_target(spark, target, [(k, *v) for k, v in expected.items()])
 
 
 def test_worked_example_in_reverse_and_split(spark, new_table):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd2
-from test_scd1 import EXAMPLE, SCHEMA
+from test_scd1 import EXAMPLE, SCHEMA, SOLE_FIRST, SOLE_SECOND, as_changes
 
 import autocdc
 
@@ -127,6 +127,21 @@ def test_struct_sequence_bounds_are_structs(spark, new_table):
         for r in spark.table(target).collect()
     }
     assert got == {("a", (1, 9), (2, 0)), ("b", (2, 0), (2, 1)), ("c", (2, 1), None)}
+
+
+def test_a_first_batch_of_one_change_per_key_opens_histories_as_the_fold_says(
+    spark, new_table, sole_batches
+):
+    """The first batch (nothing logged, no key twice) is not spread by key; the next one,
+    a tie, a replay, late and dead changes and an untracked column among them, finds its
+    log as ever."""
+    target = new_table("hist_sole")
+    flow = history_flow(target, track_history_except_column_list=["city"])
+    for rows in (SOLE_FIRST, SOLE_SECOND):
+        flow.apply(spark.createDataFrame(rows, SCHEMA))
+    assert sole_batches == [True, False]
+    expected = fold_scd2(as_changes(SOLE_FIRST + SOLE_SECOND), tracked=[0])
+    assert_versions(spark, target, [(k, *v, s, e) for k, v, s, e in expected])
 
 
 def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(spark, new_table):

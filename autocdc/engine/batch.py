@@ -17,7 +17,7 @@ from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
 from autocdc.engine.commit import Tables
 from autocdc.engine.spec import FlowSpec
-from autocdc.engine.stage import StagedBatch
+from autocdc.engine.stage import StagedBatch, col
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,19 @@ class Batch:
     counts: Counts
     meta: st.MetaFrame
     batch_id: int
+
+
+def sole_changes(batch: Batch) -> bool:
+    """Whether nothing is stored yet (no state row, no horizon, no truncate now) and no
+    two of the batch's changes share a key: then each change is its key's whole history
+    and a strategy folds it row by row, with no shuffle of the batch (an initial load:
+    the fold's shuffle and sort were most of a 2M-row first batch). One job over the
+    keys alone, run for such a first batch only."""
+    meta = batch.meta
+    if meta.meta.rows or not meta.empty or batch.counts.truncates:
+        return False
+    keys = [col(k) for k in batch.layout.key_names]
+    return batch.staged.changes.select(*keys).distinct().count() == batch.counts.keyed
 
 
 @dataclass(frozen=True)

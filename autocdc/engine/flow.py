@@ -130,6 +130,7 @@ class AutoCdcFlow(FlowSpec):
         self._prepare_tables(spark, fitted)
         layout, names = fitted.layout, self._names
         committed = self._catch_up(spark, layout)
+        meta = self._meta_at(spark, layout)
         steps.lap("prepare")
         stored = set(layout.key_names + layout.value_names)
         conformed = df.select(
@@ -137,7 +138,8 @@ class AutoCdcFlow(FlowSpec):
         )
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         try:
-            counts = _counts(staged, layout.keys)
+            with tuning.staging(spark, meta.meta.rows):
+                counts = _counts(staged, layout.keys)
             steps.lap("stage")
             if counts.rows_in == 0:  # nothing to read state for
                 return self._metrics(
@@ -151,7 +153,7 @@ class AutoCdcFlow(FlowSpec):
                 tracked=fitted.tracked,
                 staged=staged,
                 counts=counts,
-                meta=self._meta_at(spark, layout),
+                meta=meta,
                 batch_id=committed + 1,
             )
             tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine.batch import Batch, Plan
+from autocdc.engine.batch import Batch, Plan, sole_changes
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
@@ -122,22 +122,31 @@ def with_bounds(df: DataFrame, bounds: DataFrame | None, layout: st.Layout) -> D
 
 def classify(
     changes: DataFrame,
-    old_state: DataFrame,
+    old_state: DataFrame | None,
     bounds: DataFrame | None,
     layout: st.Layout,
     quarantine_late: bool,
 ) -> DataFrame:
     """Deduplicate the batch's keyed changes and flag each as LATE (beyond the horizon,
-    to quarantine) or STALE (no effect on the state already held)."""
+    to quarantine) or STALE (no effect on the state already held). ``old_state`` None:
+    the batch's changes are sole (:func:`~autocdc.engine.batch.sole_changes`), so there
+    is nothing to deduplicate or join, and no shuffle."""
     keys = layout.key_names
-    # Spread by key once, sorted once: the deduplication, the shared sequences and the
-    # fold's per-key aggregate then need no shuffle and no sort of their own.
-    keyed = (
-        changes.where(col(OP) != TRUNCATE)
-        .repartition(*[col(k) for k in keys])
-        .withColumn(DEDUP, F.when(col(OP) == UPSERT, layout.identity()))
-        .withColumn(EV_HASH, F.xxhash64(col(DEDUP)))
+    keyed = changes.where(col(OP) != TRUNCATE)
+    if old_state is not None:
+        # Spread by key once, sorted once: the deduplication, the shared sequences and the
+        # fold's per-key aggregate then need no shuffle and no sort of their own.
+        keyed = keyed.repartition(*[col(k) for k in keys])
+    keyed = keyed.withColumn(DEDUP, F.when(col(OP) == UPSERT, layout.identity())).withColumn(
+        EV_HASH, F.xxhash64(col(DEDUP))
     )
+    if old_state is None:
+        fields = {f.name: f.dataType for f in layout.schema().fields}
+        nothing = [F.lit(None).cast(fields[c]).alias(old(c)) for c in _old_columns(layout)]
+        alone = keyed.select(
+            "*", F.lit(False).alias(SHARED), *nothing, F.lit(None).cast("boolean").alias(OLD_EXISTS)
+        )
+        return _flag(with_bounds(alone, bounds, layout), layout, quarantine_late)
     # Exact duplicates: a delete is its key and sequence, an upsert also its values (and,
     # on a partial target, the columns it sets), as their hash tells, the identity the
     # state keeps for the winner too. A duplicate follows its twin in this order.
@@ -158,6 +167,11 @@ def classify(
         .drop(TWIN)
     )
     events = with_bounds(keyed.join(_olds(old_state, layout), keys, "left"), bounds, layout)
+    return _flag(events, layout, quarantine_late)
+
+
+def _flag(events: DataFrame, layout: st.Layout, quarantine_late: bool) -> DataFrame:
+    """``events`` (each with its key's stored state) flagged LATE or STALE."""
     late = F.lit(False)
     if quarantine_late:
         no_state = col(OLD_EXISTS).isNull()
@@ -206,7 +220,7 @@ def _olds(old_state: DataFrame, layout: st.Layout) -> DataFrame:
 
 def fold(
     events: DataFrame,
-    old_state: DataFrame,
+    old_state: DataFrame | None,
     bounds: DataFrame | None,
     layout: st.Layout,
     batch_id: int,
@@ -215,56 +229,72 @@ def fold(
     """The new state row of every key the batch touches, flagged CHANGED where it differs
     from the stored one, with the target change and the key's event counts.
     ``whole_state``: ``old_state`` also holds keys without events (a truncate touches
-    every key); else it holds the batch's keys only."""
+    every key); else it holds the batch's keys only, or is None (sole changes: one event
+    per key, nothing stored)."""
     # A change at or below the key's stored delete is dead on arrival.
     dead = F.coalesce(col(SEQ) <= col(old(st.DEL)), F.lit(False))
     # Each event carries its key's stored state (classify joined it): without keys beyond
     # the batch's, the fold takes it along instead of joining the state a second time.
     carried = [] if whole_state else [*[old(c) for c in _old_columns(layout)], OLD_EXISTS]
-    per_key = _fold_batch(events, ~col(LATE) & ~dead, layout, carried)
+    per_key = _fold_batch(events, ~col(LATE) & ~dead, layout, carried, old_state is None)
     return _combine(per_key, old_state, bounds, layout, batch_id, whole_state)
 
 
-def _fold_batch(events: DataFrame, ok: Column, layout: st.Layout, carried: list[str]) -> DataFrame:
+def _fold_batch(
+    events: DataFrame, ok: Column, layout: st.Layout, carried: list[str], sole: bool
+) -> DataFrame:
     """Per key: the winning upsert (or per-column winners) and latest delete among the
     ``ok`` events, the counts of all of them, and the ``carried`` columns (the same in
-    every event of a key)."""
+    every event of a key). ``sole``: one event per key, so each aggregate is its value
+    over that one event, and nothing is grouped."""
     is_upsert = ok & (col(OP) == UPSERT)
+
+    # Each aggregate, and what it gives over a single event.
+    def count(c: Column) -> tuple[Column, Column]:
+        return F.count(c), F.when(c.isNotNull(), 1).otherwise(0).cast("long")
+
+    def first(c: Column) -> tuple[Column, Column]:
+        return F.first(c), c
+
+    def greatest(c: Column) -> tuple[Column, Column]:
+        return F.max(c), c
+
+    def max_by(c: Column, by: Column) -> tuple[Column, Column]:
+        return F.max_by(c, by), F.when(by.isNotNull(), c)
+
     # Every aggregate here is a declarative one, over rows already sorted by key: the fold
     # sorts nothing again (a set per key made Spark's object aggregate sort 1M rows twice).
-    aggs = [
-        *[F.first(col(c)).alias(c) for c in carried],
-        F.count(F.when(ok, 1)).alias(N_OK),
-        F.count(F.lit(1)).alias(N_EVENTS),
-        F.count(F.when(col(LATE), 1)).alias(N_LATE),
-        F.count(F.when(col(STALE), 1)).alias(N_STALE),
-        F.max(F.when(is_upsert, col(SEQ))).alias(B_UPS),
-        F.max(F.when(ok & (col(OP) == DELETE), col(SEQ))).alias(B_DEL),
+    aggs = {c: first(col(c)) for c in carried} | {
+        N_OK: count(F.when(ok, 1)),
+        N_EVENTS: count(F.lit(1)),
+        N_LATE: count(F.when(col(LATE), 1)),
+        N_STALE: count(F.when(col(STALE), 1)),
+        B_UPS: greatest(F.when(is_upsert, col(SEQ))),
+        B_DEL: greatest(F.when(ok & (col(OP) == DELETE), col(SEQ))),
         # An upsert's key and sequence are folded alike (``ok`` is the same for both).
-        F.max(is_upsert & col(SHARED)).alias(CONFLICT),
-    ]
+        CONFLICT: greatest(is_upsert & col(SHARED)),
+    }
     if layout.per_column_sequences:
         for f in layout.values:
             ver = F.when(
                 is_upsert & col(st.set_flag(f.name)),
                 F.struct(col(SEQ).alias("s"), st.comparable(f.name, f.dataType).alias("t")),
             )
-            aggs += [
-                F.max(ver).alias(b_ver(f.name)),
-                F.max_by(col(f.name), ver).alias(b_col(f.name)),
-            ]
+            aggs[b_ver(f.name)] = greatest(ver)
+            aggs[b_col(f.name)] = max_by(col(f.name), ver)
     else:
         ver = F.when(is_upsert, F.struct(col(SEQ).alias("s"), col(DEDUP).alias("t")))
-        aggs += [
-            F.max(ver).alias(B_VER),
-            F.max_by(F.struct(*[col(v) for v in layout.value_names]), ver).alias(B_VAL),
-        ]
-    return events.groupBy(*[col(k) for k in layout.key_names]).agg(*aggs)
+        aggs[B_VER] = greatest(ver)
+        aggs[B_VAL] = max_by(F.struct(*[col(v) for v in layout.value_names]), ver)
+    keys = [col(k) for k in layout.key_names]
+    if sole:
+        return events.select(*keys, *[one.alias(name) for name, (_, one) in aggs.items()])
+    return events.groupBy(*keys).agg(*[agg.alias(name) for name, (agg, _) in aggs.items()])
 
 
 def _combine(
     per_key: DataFrame,
-    old_state: DataFrame,
+    old_state: DataFrame | None,
     bounds: DataFrame | None,
     layout: st.Layout,
     batch_id: int,
@@ -500,6 +530,11 @@ def plan(batch: Batch) -> Plan:
     one materialized pass, one aggregate for the counts."""
     spark, layout, staged = batch.spark, batch.layout, batch.staged
     keys = layout.key_names
+    quarantine_late = batch.spec.late_beyond_horizon == "quarantine"
+    if not layout.grouped and sole_changes(batch):  # nothing stored: no state, no horizon
+        events = classify(staged.changes, None, None, layout, quarantine_late)
+        touched = fold(events, None, None, layout, batch.batch_id, False)
+        return _planned(batch, layout, events, touched.localCheckpoint(), None)
     bounds = None  # no truncate now or before, nothing collected: no horizon to join
     if batch.counts.truncates:
         truncated = staged.tagged.agg(
@@ -509,8 +544,8 @@ def plan(batch: Batch) -> Plan:
     elif not batch.meta.empty:
         none = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
         bounds = horizons(batch.meta.horizons, none)
-    old_state = st.state_rows(spark, batch.names.state)
     whole_state = bool(batch.counts.truncates)
+    old_state = st.state_rows(spark, batch.names.state)
     if not whole_state:  # key-pruned: only the state of keys in this batch
         old_state = kb.restrict(old_state, batch.counts.key_range)  # filtered in the scan
         batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
@@ -524,14 +559,29 @@ def plan(batch: Batch) -> Plan:
     full, view = layout, old_state
     if full.grouped:  # the batch's group alone, on its own clock
         layout, view = full.group_layout(), group_view(old_state, full)
-    events = classify(
-        staged.changes, view, bounds, layout, batch.spec.late_beyond_horizon == "quarantine"
-    )
+    events = classify(staged.changes, view, bounds, layout, quarantine_late)
     touched = fold(events, view, bounds, layout, batch.batch_id, whole_state)
     if full.grouped:
         touched = regroup(touched, old_state, full)
-    touched = touched.localCheckpoint()
+    new_horizons = None
+    if batch.counts.truncates:
+        new_horizons = bounds.select(
+            col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
+        ).localCheckpoint()
+    return _planned(batch, full, events, touched.localCheckpoint(), new_horizons)
 
+
+def _planned(
+    batch: Batch,
+    full: st.Layout,
+    events: DataFrame,
+    touched: DataFrame,
+    new_horizons: DataFrame | None,
+) -> Plan:
+    """The plan of the ``touched`` keys (materialized): one aggregate for the counts and
+    the MERGE's key bound."""
+    layout = full.group_layout() if full.grouped else full
+    staged = batch.staged
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
     # Upserts the MERGE must settle against the target's row (not on a partial target:
     # its MERGE compares per column).
@@ -569,16 +619,11 @@ def plan(batch: Batch) -> Plan:
         late = events.where(col(LATE)).select(
             *[col(c) for c in [*staged.source_columns, SEQ, REASON]]
         )
-    new_horizons = None
-    if batch.counts.truncates:
-        new_horizons = bounds.select(
-            col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
-        ).localCheckpoint()
     return Plan(
         state_rows=full.select(touched.where(changed)),
         merge=(
             merge(
-                spark,
+                batch.spark,
                 batch.names.target,
                 layout,
                 touched,

@@ -33,7 +33,7 @@ from pyspark.sql.types import DataType
 from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine.batch import Batch, Plan
+from autocdc.engine.batch import Batch, Plan, sole_changes
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
 
@@ -55,14 +55,16 @@ def _sets(name: str) -> Column:
     return F.coalesce(F.array_contains(col(st.SETS), F.lit(name)), col(name).isNotNull())
 
 
-def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFrame:
+def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int, sole: bool) -> DataFrame:
     """The batch's distinct keyed changes as change-log rows (a delete carries no values;
-    on a partial target an upsert lists the columns it sets, and holds only their values)."""
+    on a partial target an upsert lists the columns it sets, and holds only their values).
+    ``sole``: no two changes share a key, so none repeats another."""
     is_upsert = col(OP) == UPSERT
-    keyed = changes.where(col(OP) != TRUNCATE).withColumn(
-        DEDUP, F.when(is_upsert, layout.identity())
-    )
-    keyed = keyed.dropDuplicates([*layout.key_names, SEQ, OP, DEDUP])
+    keyed = changes.where(col(OP) != TRUNCATE)
+    if not sole:
+        keyed = keyed.withColumn(DEDUP, F.when(is_upsert, layout.identity())).dropDuplicates(
+            [*layout.key_names, SEQ, OP, DEDUP]
+        )
     values = {v: is_upsert for v in layout.value_names}
     sets = []
     if layout.logs_sets:
@@ -164,25 +166,35 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
 
 
 def _continued(
-    layout: st.Layout, tracked: list[str], rows: DataFrame, types: dict[str, DataType]
+    layout: st.Layout,
+    tracked: list[str],
+    rows: DataFrame,
+    types: dict[str, DataType],
+    sole: bool,
 ) -> DataFrame:
     """The MERGE rows of keys whose one new change comes after all they logged (most keys
     of a batch), from the key's last logged change and the new one alone, no history:
     the open version is closed at the change (a delete, or new tracked values), its values
     replaced in place (new untracked values), and an upsert that opens a version is
     inserted. A row whose ``__START_AT`` is NULL matches the key's open version (see
-    :func:`merge`'s condition). Not for a partial target, whose columns carry over."""
+    :func:`merge`'s condition). Not for a partial target, whose columns carry over.
+    ``sole``: ``rows`` are new changes of keys that logged nothing, one each (nothing to
+    group)."""
     keys, values = layout.key_names, layout.value_names
     fields = {f.name: f.dataType for f in layout.values}
     is_new = col(FRESH)
     row = F.struct(
         col(st.LIVE).alias(st.LIVE), col(st.UPS).alias(st.UPS), *[col(v) for v in values]
     )
-    last_order = F.struct(col(st.UPS), (~col(st.LIVE)).cast("int"), layout.tie())
-    per_key = rows.groupBy(*[col(k) for k in keys]).agg(
-        F.max_by(row, F.when(~is_new, last_order)).alias(LAST),
-        F.max_by(row, F.when(is_new, F.lit(1))).alias(EVENT),
-    )
+    if sole:
+        nothing = F.lit(None).cast(rows.select(row.alias(LAST)).schema[LAST].dataType)
+        per_key = rows.select(*[col(k) for k in keys], nothing.alias(LAST), row.alias(EVENT))
+    else:
+        last_order = F.struct(col(st.UPS), (~col(st.LIVE)).cast("int"), layout.tie())
+        per_key = rows.groupBy(*[col(k) for k in keys]).agg(
+            F.max_by(row, F.when(~is_new, last_order)).alias(LAST),
+            F.max_by(row, F.when(is_new, F.lit(1))).alias(EVENT),
+        )
     last, event = col(LAST), col(EVENT)
 
     def same(names: list[str]) -> Column:
@@ -223,19 +235,23 @@ def merge(
     tracked: list[str],
     rows: DataFrame,
     keys_bound: kb.KeyBound,
+    sole: bool,
 ) -> Callable[[], DataFrame]:
     """The MERGE that turns the touched keys' history as their log gives it (what the
     target holds: the log describes the target) into the one their log and new changes
     give (``rows``: both, spread by key, the changes marked ``FRESH``): versions that
     changed or are new are written, versions that are gone deleted, the rest not touched.
     Nothing runs until called, and the target is not read but to MERGE, within
-    ``keys_bound`` (the touched keys')."""
+    ``keys_bound`` (the touched keys'). ``sole``: ``rows`` are only new changes, one per
+    key, and nothing is logged (not spread: nothing is grouped)."""
     keys, values = layout.key_names, layout.value_names
     types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
     types |= {START_AT: layout.sequence, END_AT: layout.sequence}
     columns = list(types)
 
-    def run() -> DataFrame:
+    def changed() -> DataFrame:
+        if sole:  # every key continues from nothing
+            return _continued(layout, tracked, rows, types, sole=True)
         # ``rows`` is spread by key already. A key whose one new change comes after its
         # log continues its history (``_continued``); any other is rebuilt: both histories
         # in one pass, the held one (GEN 0: its log) and the new one (GEN 1: its log and
@@ -280,12 +296,15 @@ def merge(
             *[col(VALUES)[c].alias(c) for c in rest],
             gone.alias(GONE),
         )
-        if not layout.partial:
-            rebuilt = rebuilt.unionByName(
-                _continued(layout, tracked, spread.where(col(SIMPLE)), types)
-            )
+        if layout.partial:
+            return rebuilt
+        return rebuilt.unionByName(
+            _continued(layout, tracked, spread.where(col(SIMPLE)), types, sole=False)
+        )
+
+    def run() -> DataFrame:
         # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none).
-        source = rebuilt.localCheckpoint()
+        source = changed().localCheckpoint()
         q = tables.ident
         on = kb.on_keys(keys, keys_bound) & (
             (col(START_AT, "t") == col(START_AT, "s"))
@@ -318,23 +337,30 @@ def plan(batch: Batch) -> Plan:
     spark, layout = batch.spark, batch.layout
     keys = layout.key_names
     key_cols = [col(k) for k in keys]
-    events = event_rows(batch.staged.changes, layout, batch.batch_id)
-    logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
-    batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
-    logged = kb.restrict(logged, batch.counts.key_range).join(batch_keys, keys, "left_semi")
-    fields = {f.name: f.dataType for f in layout.schema().fields}
-    logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
-    compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
-    same_change = Window.partitionBy(*[st.comparable(c, t) for c, t in compared.items()])
+    # Nothing logged and a key per change (an initial load): every change is new, and
+    # each key only opens its history (a partial target's always takes the general path).
+    sole = not layout.partial and sole_changes(batch)
+    events = event_rows(batch.staged.changes, layout, batch.batch_id, sole)
     fresh = col(FRESH)
-    rows = (
-        logged.withColumn(FRESH, F.lit(False))
-        .unionByName(events.withColumn(FRESH, F.lit(True)))
-        .repartition(*key_cols)
-        .withColumn(NEW, fresh & ~F.max(~fresh).over(same_change))
-        .withColumn(TOUCHED, F.max(col(NEW)).over(Window.partitionBy(*key_cols)))
-        .localCheckpoint()
-    )
+    if sole:
+        flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)]
+        rows = events.select("*", *flags).localCheckpoint()
+    else:
+        logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
+        batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
+        logged = kb.restrict(logged, batch.counts.key_range).join(batch_keys, keys, "left_semi")
+        fields = {f.name: f.dataType for f in layout.schema().fields}
+        logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
+        compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
+        same_change = Window.partitionBy(*[st.comparable(c, t) for c, t in compared.items()])
+        rows = (
+            logged.withColumn(FRESH, F.lit(False))
+            .unionByName(events.withColumn(FRESH, F.lit(True)))
+            .repartition(*key_cols)
+            .withColumn(NEW, fresh & ~F.max(~fresh).over(same_change))
+            .withColumn(TOUCHED, F.max(col(NEW)).over(Window.partitionBy(*key_cols)))
+            .localCheckpoint()
+        )
     new_events = rows.where(col(NEW)).drop(FRESH, NEW, TOUCHED)
     row = (
         rows.where(fresh)
@@ -365,5 +391,6 @@ def plan(batch: Batch) -> Plan:
         batch.tracked,
         rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED),
         kb.from_row(row, layout.keys, clustered=bool(batch.spec.cluster_by)),
+        sole,
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
