@@ -1,5 +1,5 @@
 """Incremental extraction (autocdc/sources/extract.py, pgextract.py, staging.py and
-autocdc/pipelines/extraction.py).
+autocdc/pipelines/execute/extraction.py).
 
 Planning, options, refusals, checkpoint folding and the order batches complete in are pure
 Python. The step itself runs against a real PostgreSQL server (tests/pgserver.py) with an
@@ -25,10 +25,12 @@ from test_lock import start_holder
 from test_pipelines import run, write_project
 
 from autocdc import AutoCdcFlow
-from autocdc.pipelines import cli, operations, project
-from autocdc.pipelines.checkpoint import FILE, CheckpointFile
+from autocdc.pipelines import cli
+from autocdc.pipelines.declare import project
 from autocdc.pipelines.errors import FlowAnalysisError, PipelineDefinitionError
-from autocdc.pipelines.extraction import LEASES, STAGING, Extracted, Reader, Step
+from autocdc.pipelines.execute.checkpoint import FILE, CheckpointFile
+from autocdc.pipelines.execute.extraction import LEASES, STAGING, Extracted, Reader, Step
+from autocdc.pipelines.operations import overview
 from autocdc.sources import extract, pgextract
 from autocdc.sources.errors import (
     BadBatchError,
@@ -456,13 +458,13 @@ def test_lookback_reads_a_row_committed_after_a_later_one_was_read(
     assert rows("looking_back") == held
     assert rows("trusting") == [r for r in held if r[0] != 2]  # missed for good
     # Status: each flow's last run, caught up with the newest value its source held.
-    flows = operations.status(project.load(spec))["flows"]
+    flows = overview.status(project.load(spec))["flows"]
     lags = {f["target"].split(".")[-1]: f["extraction"] for f in flows}
     for lag in lags.values():
         assert lag["checkpoint"] == lag["newest"] == {"updated_at": "2026-12-01 08:00:10+00"}
         assert lag["behind"] == {"updated_at": 0.0} and 0 <= lag["seconds_since"] < 600
     assert (lags["looking_back"]["rows"], lags["trusting"]["rows"]) == (3, 1)
-    assert operations.describe_extraction(lags["trusting"]).startswith("last run ")
+    assert overview.describe_extraction(lags["trusting"]).startswith("last run ")
 
 
 def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_stays(
@@ -662,7 +664,7 @@ def test_a_snapshot_flow_over_a_stateless_source_mirrors_deletes(
             rows = rows.where("__END_AT IS NULL")
         assert sorted((r.id, r.name) for r in rows.collect()) == live
     assert live == [(3, "c2")]
-    (lag,) = [f["extraction"] for f in operations.status(project.load(spec))["flows"]]
+    (lag,) = [f["extraction"] for f in overview.status(project.load(spec))["flows"]]
     assert (lag["rows"], lag["checkpoint"], lag["behind"]) == (1, None, {})  # a time only
     if scd == 2:
         versions = spark.table(f"{database}.items").orderBy("id", "__START_AT")

@@ -25,9 +25,10 @@ from test_crash import ROOT
 from test_pipeline_kill import finish, start
 from test_pipelines import run
 
-from autocdc.pipelines import operations, project
-from autocdc.pipelines.checkpoint import FILE
-from autocdc.pipelines.extraction import LEASES, STAGING
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.execute.checkpoint import FILE
+from autocdc.pipelines.execute.extraction import LEASES, STAGING
+from autocdc.pipelines.operations import overview
 from autocdc.sources import extract
 
 EXAMPLE = ROOT / "pipelines" / "extract"
@@ -139,7 +140,7 @@ def test_extraction_killed_mid_read_and_mid_apply_mirrors_the_table(
         assert batches.collect()[-1].rows_in == expected == 7
         assert not (storage / LEASES / "orders_src.lock").exists()
         assert (history / FILE).exists()
-        flows = {f["flow"]: f for f in operations.status(project.load(spec))["flows"]}
+        flows = {f["flow"]: f for f in overview.status(project.load(spec))["flows"]}
         assert flows["orders"]["live_rows"] == len(_live(now))
         assert flows["orders_history"]["last_batch"]["rows_applied"] > 0
     finally:

@@ -1,6 +1,7 @@
 """The package's layers import downward only: engine <- sources <- pipelines (the CLI is
-in pipelines, the public API in the package root). A module that imports upward is named
-with what it imported, so the fix is where the message points."""
+in pipelines, the public API in the package root), and inside pipelines the steps of a run:
+declare <- execute <- operations (each on the pipelines' errors). A module that imports upward
+is named with what it imported, so the fix is where the message points."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ import autocdc
 
 PACKAGE = Path(autocdc.__file__).parent
 # What each layer may import from autocdc: itself and the layers below it, never the root.
+# The most specific prefix first: a module belongs to the first layer it starts with.
+BELOW_PIPELINES = ("autocdc.engine", "autocdc.sources", "autocdc.pipelines.errors")
+DECLARE = (*BELOW_PIPELINES, "autocdc.pipelines.declare")
+RUN = (*DECLARE, "autocdc.pipelines.execute")
 ALLOWED = {
     "autocdc.engine": ("autocdc.engine",),
     "autocdc.sources": ("autocdc.engine", "autocdc.sources"),
+    "autocdc.pipelines.errors": BELOW_PIPELINES,
+    "autocdc.pipelines.declare": DECLARE,
+    "autocdc.pipelines.execute": RUN,
+    "autocdc.pipelines.operations": (*RUN, "autocdc.pipelines.operations"),
     "autocdc.pipelines": ("autocdc.engine", "autocdc.sources", "autocdc.pipelines"),
 }
 
@@ -60,6 +69,27 @@ def test_the_rule_sees_an_upward_import_inside_a_function() -> None:
         "autocdc",
         "autocdc.sources",
     ]
+
+
+def test_the_steps_of_a_run_import_downward_only() -> None:
+    """A run may read what was declared, not what operations read back; operations may
+    read both; declaring reads neither."""
+    run, declare = ALLOWED["autocdc.pipelines.execute"], ALLOWED["autocdc.pipelines.declare"]
+    assert _allowed(run, "autocdc.pipelines.declare.project")
+    assert not _allowed(run, "autocdc.pipelines.operations.report")
+    assert not _allowed(run, "autocdc.pipelines")  # the root (dp) composes the steps
+    assert not _allowed(declare, "autocdc.pipelines.execute.graph")
+    assert _allowed(ALLOWED["autocdc.pipelines.operations"], "autocdc.pipelines.execute.eventlog")
+
+
+def test_no_module_of_pipelines_hides_a_function_of_dp() -> None:
+    """Importing ``autocdc.pipelines.X`` sets the package's attribute ``X`` to the module,
+    so a module named like a ``dp`` function (``run``) would replace it once imported."""
+    root = PACKAGE / "pipelines"
+    tree = ast.parse((root / "__init__.py").read_text())
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    modules = {p.stem for p in root.glob("*.py")} | {p.parent.name for p in root.glob("*/*.py")}
+    assert "run" in functions and modules & functions == set()
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -1,4 +1,4 @@
-"""One run at a time: the storage lease of :mod:`autocdc.pipelines.lock`, held by real
+"""One run at a time: the storage lease of :mod:`autocdc.pipelines.execute.lock`, held by real
 processes that are refused, killed, stopped and raced (no Spark, except the CLI test)."""
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from test_crash import ROOT
 from test_pipeline_kill import SMALL_SPARK
 from test_pipelines import write_project
 
-from autocdc.pipelines import lock, project
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.declare.project import PipelineSpecError
 from autocdc.pipelines.errors import PipelineLockedError
-from autocdc.pipelines.project import PipelineSpecError
+from autocdc.pipelines.execute import lock
 
 # argv: storage, expiry, seconds to hold, lease name; prints "held" once it holds the lease
 HOLDER = """
 import sys, time
-from autocdc.pipelines import lock
+from autocdc.pipelines.execute import lock
 with lock.hold(sys.argv[1], "shop", float(sys.argv[2]), name=sys.argv[4]):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))
@@ -35,7 +36,7 @@ with lock.hold(sys.argv[1], "shop", float(sys.argv[2]), name=sys.argv[4]):
 # contender is done (so a late one cannot win a lease released meanwhile)
 CONTENDER = """
 import contextlib, os, sys, time
-from autocdc.pipelines import lock
+from autocdc.pipelines.execute import lock
 from autocdc.pipelines.errors import PipelineLockedError
 root, rounds, start, contenders = (
     sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])

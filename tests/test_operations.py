@@ -22,9 +22,12 @@ from test_pipelines import A, B, C, drop, run, write_project
 from autocdc import AutoCdcFlow
 from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.pipelines import cli, eventlog, operations, project
-from autocdc.pipelines.position import Lag, lag
-from autocdc.pipelines.progress import FlowProgress, Progress, render
+from autocdc.pipelines import cli
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.execute import eventlog
+from autocdc.pipelines.execute.position import Lag, lag
+from autocdc.pipelines.execute.progress import FlowProgress, Progress, render
+from autocdc.pipelines.operations import overview
 
 FEED = """
 from pyspark import pipelines as dp
@@ -202,7 +205,7 @@ def test_target_counts_without_spark_are_sparks(spark, warehouse, new_table):
     flow.apply(spark.createDataFrame([(1, "w", 10, "U"), (2, None, 11, "D")], schema))
     assert any(p.name.startswith("deletion_vector") for p in (warehouse / target).iterdir())
     table = spark.table(target)
-    assert operations.target_counts(warehouse, flow.flow_name, target) == {
+    assert overview.target_counts(warehouse, flow.flow_name, target) == {
         "scd_type": 2,
         "live_rows": table.where("__END_AT IS NULL").count(),
         "quarantined": {"total": 1, "by_reason": {"AUTOCDC_NULL_KEY": 1}},
@@ -224,7 +227,7 @@ def test_failed_run_logs_the_error_class(spark, tmp_path, monkeypatch):
     assert [r.event_type for r in rows] == ["run_started", "flow_started", "error", "run_failed"]
     assert [r.error_class for r in rows[2:]] == ["AUTOCDC_CONCURRENT_WRITE"] * 2
     assert rows[2].flow == "latest" and "state" in rows[3].message
-    last_run = operations.status(project.load(spec))["last_run"]
+    last_run = overview.status(project.load(spec))["last_run"]
     assert (last_run["status"], last_run["error_class"]) == ("failed", "AUTOCDC_CONCURRENT_WRITE")
 
 
@@ -239,7 +242,7 @@ def test_killed_run_keeps_its_committed_events(spark, tmp_path):
     assert finish(start(spec, "after_state_commit")) == -signal.SIGKILL
     rows = events(spark, tmp_path)
     assert [r.event_type for r in rows] == ["run_started", "flow_started"]
-    status = operations.status(project.load(spec))
+    status = overview.status(project.load(spec))
     assert status["last_run"]["status"] == "interrupted"
     assert status["flows"][0]["lag"]["files"] == 2
 
@@ -334,8 +337,8 @@ def test_delta_source_position_and_versions_behind(spark, tmp_path):
     assert reached["offset"]["reservoirVersion"] == 2  # versions 0 and 1 read
     assert (batch.lag_files, batch.lag_seconds) == (None, None)
     loaded = project.load(spec)
-    assert operations.status(loaded)["flows"][0]["lag"]["versions"] == 0
+    assert overview.status(loaded)["flows"][0]["lag"]["versions"] == 0
     spark.sql(f"INSERT INTO {source} VALUES (3, 1)")
-    behind = operations.status(loaded)["flows"][0]["lag"]
+    behind = overview.status(loaded)["flows"][0]["lag"]
     assert behind["versions"] == 1 and behind["files"] is None
     assert behind["oldest_age_seconds"] >= 0

@@ -10,7 +10,7 @@ import yaml
 from pyspark.errors import PySparkException
 from pyspark.pipelines.cli import unpack_pipeline_spec
 
-from autocdc.pipelines.project import PipelineSpecError, find_spec, load
+from autocdc.pipelines.declare.project import PipelineSpecError, find_spec, load
 
 MINIMAL = "name: p\nstorage: storage\n"
 

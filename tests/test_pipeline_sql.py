@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from autocdc.pipelines.sql import (
+from autocdc.pipelines.declare.sql import (
     AutoCdcSnapshotStatement,
     AutoCdcStatement,
     CreateDataset,

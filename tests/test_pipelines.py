@@ -22,7 +22,9 @@ from test_crash import ROOT
 
 from autocdc import pipelines as dp
 from autocdc.engine.errors import UnknownConnectorError
-from autocdc.pipelines import cli, errors, graph, lock, project, registry, runner, scaffold
+from autocdc.pipelines import cli, errors
+from autocdc.pipelines.declare import project, registry, scaffold
+from autocdc.pipelines.execute import graph, lock, runner
 from autocdc.sources.errors import TableNotFoundError
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"

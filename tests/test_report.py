@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from autocdc import AutoCdcFlow
-from autocdc.pipelines import eventlog
-from autocdc.pipelines import project as projects
-from autocdc.pipelines.report import add_arguments, key_pair, write_report
-from autocdc.pipelines.report_html import (
+from autocdc.pipelines.declare import project as projects
+from autocdc.pipelines.execute import eventlog
+from autocdc.pipelines.operations.report import add_arguments, key_pair, write_report
+from autocdc.pipelines.operations.report_html import (
     FlowStatus,
     Page,
     Quarantine,

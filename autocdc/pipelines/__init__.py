@@ -69,7 +69,7 @@ def create_auto_cdc_flow(
     again only after a full refresh of ``target``; a streaming flow into the same target
     goes on beside it. The declaration is checked here, so a bad option names this line.
     """
-    from autocdc.pipelines.registry import CdcFlow, where
+    from autocdc.pipelines.declare.registry import CdcFlow, where
 
     location = get_caller_source_code_location(stacklevel=1)
     AutoCdcFlow(target=target, name=name, **options)  # raises on a bad declaration
@@ -108,8 +108,8 @@ def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any)
 
     The declaration is checked here (the database when the pipeline resolves).
     """
+    from autocdc.pipelines.declare.registry import ExtractionSource, Registry, where
     from autocdc.pipelines.errors import PipelineDefinitionError
-    from autocdc.pipelines.registry import ExtractionSource, Registry, where
 
     location = get_caller_source_code_location(stacklevel=1)
     source = Extraction(name=name, dsn=dsn, table=table, **options)
@@ -148,8 +148,8 @@ def create_debezium_source(
     >>> dp.create_auto_cdc_flow(target="customers", source="customer_changes",
     ...                         keys=["id"])  # doctest: +SKIP
     """
+    from autocdc.pipelines.declare.registry import Registry, where
     from autocdc.pipelines.errors import PipelineDefinitionError
-    from autocdc.pipelines.registry import Registry, where
 
     location = where(get_caller_source_code_location(stacklevel=1))
     registry = get_active_graph_element_registry()
@@ -194,7 +194,7 @@ def create_auto_cdc_from_snapshot_flow(
     names this line. A snapshot that would delete more than ``max_delete_fraction`` of
     the target is refused unless the run expects it (None: no guard).
     """
-    from autocdc.pipelines.registry import SnapshotFlow, where
+    from autocdc.pipelines.declare.registry import SnapshotFlow, where
 
     location = get_caller_source_code_location(stacklevel=1)
     options = {
@@ -236,7 +236,9 @@ def run(
     Like ``autocdc run`` it holds the project's run lock (another run of the project, from
     a terminal or another notebook, is refused with ``AUTOCDC_PIPELINE_LOCKED``), and it
     leaves the session's current database and working folder as it found them."""
-    from autocdc.pipelines import cli, lock, project, runner
+    from autocdc.pipelines import cli
+    from autocdc.pipelines.declare import project
+    from autocdc.pipelines.execute import lock, runner
     from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))

@@ -25,19 +25,11 @@ from rich.console import Console
 
 from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.logs import log_file
-from autocdc.pipelines import (
-    ExtractionOptions,
-    graph,
-    interrupt,
-    lock,
-    operations,
-    project,
-    registry,
-    report,
-    runner,
-    scaffold,
-)
+from autocdc.pipelines.declare import project, registry, scaffold
+from autocdc.pipelines.execute import graph, interrupt, lock, runner
+from autocdc.pipelines.operations import overview, report
 from autocdc.sources import spark_session
+from autocdc.sources.extract import ExtractionOptions
 
 
 def _names(value: str) -> set[str]:
@@ -170,9 +162,9 @@ def _record(error: BaseException) -> Path:
 def _report(args: argparse.Namespace, spec: project.Project) -> int:
     """``status`` / ``history``: JSON (documented keys) or a table; no Spark."""
     if args.command == "status":
-        doc, show = operations.status(spec), operations.show_status
+        doc, show = overview.status(spec), overview.show_status
     else:
-        doc, show = operations.history(spec, args.flow, args.last), operations.show_history
+        doc, show = overview.history(spec, args.flow, args.last), overview.show_history
     if args.json:
         print(json.dumps(doc, indent=2))
     else:

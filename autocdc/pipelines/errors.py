@@ -110,7 +110,7 @@ class UnknownDatasetError(PipelineError):
 
 
 class PipelineLockedError(PipelineError):
-    """Another run of the pipeline holds its storage folder (see :mod:`autocdc.pipelines.lock`)."""
+    """Another run of the pipeline holds its storage folder (``execute.lock``)."""
 
     error_class = "AUTOCDC_PIPELINE_LOCKED"
     template = (
@@ -144,7 +144,7 @@ class UnknownFlowError(PipelineError):
 
 class CheckpointElsewhereError(PipelineError):
     """A flow's checkpoint was written for files at another place (see
-    :func:`autocdc.pipelines.position.elsewhere`): Spark would fail on it, or worse."""
+    :func:`autocdc.pipelines.execute.position.elsewhere`): Spark would fail on it, or worse."""
 
     error_class = "AUTOCDC_PIPELINE_CHECKPOINT_ELSEWHERE"
     template = (

@@ -98,7 +98,7 @@ class BatchFailedError(SourceError):
 
 
 class SourceLockedError(SourceError):
-    """Another run reads the source (see :mod:`autocdc.pipelines.lock`)."""
+    """Another run reads the source (see :mod:`autocdc.pipelines.execute.lock`)."""
 
     error_class = "AUTOCDC_EXTRACT_LOCKED"
     template = (

@@ -16,7 +16,7 @@ Every strategy is a cursor: WATERMARK's is :class:`Watermark`, STATELESS's
 run's batches planned from the stored checkpoint (:func:`plan`), the next checkpoint
 folded from what they read (:func:`advance`), and the options (:func:`resolve_options`).
 Reading is :mod:`autocdc.sources.pgextract`; the run around it (lease, retries, staging,
-apply, then the checkpoint) is :mod:`autocdc.pipelines.extraction`.
+apply, then the checkpoint) is :mod:`autocdc.pipelines.execute.extraction`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ at ``<storage>/event_log``) says which flows wrote which targets and how each ba
 each target's quarantine table says what was set aside and why; an SCD type 2 target
 (one with ``__END_AT``) gives the versions of a key the user names. A missing table
 becomes a note on the page, not an error: the page is most wanted when something is off.
-The page itself is rendered by :mod:`autocdc.pipelines.report_html`.
+The page itself is rendered by :mod:`autocdc.pipelines.operations.report_html`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pyspark.sql import functions as F
 from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, ident
-from autocdc.pipelines import eventlog
-from autocdc.pipelines import project as projects
+from autocdc.pipelines.declare import project as projects
 from autocdc.pipelines.errors import PipelineError
-from autocdc.pipelines.report_html import (
+from autocdc.pipelines.execute import eventlog
+from autocdc.pipelines.operations.report_html import (
     Batch,
     FlowStatus,
     Page,

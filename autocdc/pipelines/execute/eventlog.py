@@ -7,7 +7,7 @@ schema is a contract shared with the report and with scripts: columns are only e
 Events are appended with delta-rs (the ``deltalake`` package), not Spark: a one-row
 append took 0.3-0.9 s through Spark (a job, a snapshot update) and takes milliseconds
 this way, and a run writes several a flow. Only ``autocdc run`` writes the log, one run at
-a time (:mod:`autocdc.pipelines.lock`); Spark reads it like any Delta table.
+a time (:mod:`autocdc.pipelines.execute.lock`); Spark reads it like any Delta table.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pyspark.sql.types import (
 )
 
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.pipelines.position import Lag
-from autocdc.pipelines.project import Project
+from autocdc.pipelines.declare.project import Project
+from autocdc.pipelines.execute.position import Lag
 
 EVENT_TYPES = (
     "run_started",

@@ -4,7 +4,7 @@ compact tables for people.
 
 Everything comes from the event log except what must be current: the lag is computed
 now, from each flow's checkpoint and its sources, and the row counts from the tables.
-No Spark: the tables are read with delta-rs (:mod:`autocdc.pipelines.lake`), so either
+No Spark: the tables are read with delta-rs (:mod:`autocdc.pipelines.operations.lake`), so either
 command answers in about a second.
 """
 
@@ -21,12 +21,13 @@ from rich.console import Console
 from rich.table import Table
 
 from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX
-from autocdc.pipelines import eventlog, lake
-from autocdc.pipelines import position as pos
-from autocdc.pipelines.checkpoint import CheckpointFile
+from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import UnknownFlowError
-from autocdc.pipelines.progress import describe_lag
-from autocdc.pipelines.project import Project
+from autocdc.pipelines.execute import eventlog
+from autocdc.pipelines.execute import position as pos
+from autocdc.pipelines.execute.checkpoint import CheckpointFile
+from autocdc.pipelines.execute.progress import describe_lag
+from autocdc.pipelines.operations import lake
 from autocdc.sources import extract
 
 RUN_EVENTS = ("run_started", "run_finished", "run_failed")

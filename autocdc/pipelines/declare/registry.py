@@ -30,13 +30,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 
 from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.snapshot import NextSnapshot
-from autocdc.pipelines import sql
+from autocdc.pipelines.declare import sql
+from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import (
     DuplicateDatasetError,
     DuplicateFlowError,
     PipelineDefinitionError,
 )
-from autocdc.pipelines.project import Project
 from autocdc.sources import debezium
 from autocdc.sources.extract import Extraction, ExtractionOptions
 

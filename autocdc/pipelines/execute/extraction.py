@@ -6,9 +6,9 @@ calls :meth:`Step.run` instead, with the flow's ``apply`` (``AutoCdcFlow.apply``
 flow that takes a batch DataFrame):
 
 1. take the source's lease (``<storage>/extractions/<source>.lock``, a
-   :mod:`autocdc.pipelines.lock` lease): one run per source at a time, a second one is
+   :mod:`autocdc.pipelines.execute.lock` lease): one run per source at a time, a second one is
    refused, and the lease of a run that died is taken over by the next;
-2. read the flow's checkpoint (:mod:`autocdc.pipelines.checkpoint`) and plan the run's
+2. read the flow's checkpoint (:mod:`autocdc.pipelines.execute.checkpoint`) and plan the run's
    batches from it (:func:`extract.plan`), bounded by a ``limit``'s edge (looked up
    first, :func:`pgextract.edge`); take the read's sequence, above every read of
    the flow before (:meth:`CheckpointFile.next_read`);
@@ -18,7 +18,7 @@ flow that takes a batch DataFrame):
 4. merge the batches' accumulators into the next checkpoint, in plan order, and check
    that it can be stored, before anything is written;
 5. apply every row read, as one batch, with the read's sequence (a later read of a row
-   sees a state at least as new: :func:`autocdc.pipelines.graph.engine_flow` orders the
+   sees a state at least as new: :func:`autocdc.pipelines.execute.graph.engine_flow` orders the
    changes by it after the flow's own ``sequence_by``);
 6. only then replace the checkpoint (unless the run read no row: it is kept), and note
    the run's end and how far the checkpoint is behind the newest values the source held
@@ -51,8 +51,8 @@ from pyspark.sql import functions as F
 from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.spec import ColumnOrSql, to_column
 from autocdc.engine.tables import ident
-from autocdc.pipelines import lock
-from autocdc.pipelines.checkpoint import CheckpointFile
+from autocdc.pipelines.execute import lock
+from autocdc.pipelines.execute.checkpoint import CheckpointFile
 from autocdc.sources import extract, pgextract, staging
 from autocdc.sources.errors import BatchFailedError, SourceLockedError
 

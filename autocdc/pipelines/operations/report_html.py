@@ -1,6 +1,6 @@
 """The status page as one self-contained HTML file: inline CSS and SVG, no script.
 
-Everything here works on plain values gathered by :mod:`autocdc.pipelines.report`, so
+Everything here works on plain values gathered by :mod:`autocdc.pipelines.operations.report`, so
 the page can be rendered (and tested) without Spark. Every value that comes from data
 or names (flows, reasons, raw rows, key values) goes through :func:`html.escape`; the
 plots carry only numbers, times and fixed labels. A Content-Security-Policy forbids

@@ -28,7 +28,14 @@ from autocdc.engine.errors import AutoCdcError, DefinitionChangedError, TargetNo
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.engine.stage import col
-from autocdc.pipelines import extraction
+from autocdc.pipelines.declare.registry import (
+    CdcFlow,
+    Dataset,
+    Flow,
+    QueryFlow,
+    Registry,
+    SnapshotFlow,
+)
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
     CycleError,
@@ -39,7 +46,7 @@ from autocdc.pipelines.errors import (
     SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, Registry, SnapshotFlow
+from autocdc.pipelines.execute import extraction
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
 CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
@@ -97,7 +104,7 @@ def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
     """The change feed of a CDC flow (a once flow's as one batch); a Delta change data
     feed's pre-images are dropped (each update's post-image carries the change). An
     extraction source's has its columns and no rows: the runner reads it
-    (:mod:`autocdc.pipelines.extraction`)."""
+    (:mod:`autocdc.pipelines.execute.extraction`)."""
     if flow.extraction is not None:
         return extraction.frame(spark, flow.extraction)
     reader = spark.readStream if flow.streaming and not flow.once else spark.read

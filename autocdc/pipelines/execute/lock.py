@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from autocdc.engine.errors import AutoCdcError
+from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import PipelineLockedError, PipelineLockLostError
-from autocdc.pipelines.project import Project
 
 LEASE = "autocdc-run.lock"
 EXPIRY_KEY = "autocdc.lock.expirySeconds"

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from autocdc.pipelines.position import Lag
+from autocdc.pipelines.execute.position import Lag
 
 
 @dataclass

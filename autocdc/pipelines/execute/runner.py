@@ -38,14 +38,14 @@ from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.engine.tuning import session_conf
-from autocdc.pipelines import extraction, interrupt, lock
-from autocdc.pipelines import graph as g
-from autocdc.pipelines import position as pos
+from autocdc.pipelines.declare.project import Project
+from autocdc.pipelines.declare.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
 from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetError
-from autocdc.pipelines.eventlog import EventLog
-from autocdc.pipelines.progress import Progress
-from autocdc.pipelines.project import Project
-from autocdc.pipelines.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
+from autocdc.pipelines.execute import extraction, interrupt, lock
+from autocdc.pipelines.execute import graph as g
+from autocdc.pipelines.execute import position as pos
+from autocdc.pipelines.execute.eventlog import EventLog
+from autocdc.pipelines.execute.progress import Progress
 from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
 
 APPLIED = "autocdc-applied-batch"
