@@ -1,4 +1,4 @@
-"""Each system's table after the run, against the reference fold of tests/reference.py.
+"""Each system's table after the run, against the reference fold of tests/support/reference.py.
 
 Keys no batch touched must still hold their snapshot row, which Spark checks with
 ``exceptAll``; the keys the batches touched (at most batches x batch size) are folded
@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from workload import Workload, snapshot_values
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc.engine.spec import END_AT, START_AT

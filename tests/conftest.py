@@ -1,3 +1,6 @@
+"""What every test shares: one Spark session per worker, table names, hypothesis's
+profiles, and the order files run in. Helpers tests import are in tests/support."""
+
 from __future__ import annotations
 
 import itertools
@@ -5,6 +8,7 @@ import os
 
 import pytest
 from hypothesis import Phase, settings
+from sparkconf import TEST_CONF
 
 import autocdc
 from autocdc.engine import batch as engine_batch
@@ -21,38 +25,8 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=40, deadline=None)
 settings.load_profile(os.environ.get("AUTOCDC_HYPOTHESIS", "ci"))
-# Heavy explorations (more kill chains) run only with AUTOCDC_HYPOTHESIS=dev.
-explore = pytest.mark.skipif(
-    os.environ.get("AUTOCDC_HYPOTHESIS") != "dev", reason="exploration: AUTOCDC_HYPOTHESIS=dev"
-)
-
-TEST_CONF = {
-    "spark.master": "local[2]",
-    "spark.sql.shuffle.partitions": "1",
-    "spark.default.parallelism": "2",
-    "spark.sql.adaptive.enabled": "false",
-}
-# A JVM a test starts in a subprocess lives a minute or two: the client compiler alone and
-# the serial collector spend about a third less CPU on its start and first batches than the
-# server compiler's and G1's threads (measured: 142 -> 95 s of CPU for one start and four
-# applies), which on 2 cores shared by both workers and their subprocesses is wall time.
-# Not for the workers' own sessions, which live through hundreds of batches: there the
-# server compiler pays off (test_scd1.py: 411 s of CPU with it, over 450 s without).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-SUBPROCESS_CONF = {**TEST_CONF, "spark.driver.extraJavaOptions": JVM_OPTIONS}
 
 _names = itertools.count()
-
-
-def error_tail(text: str, lines: int = 30) -> str:
-    """The end of a failed process's output without the JVM's stack frames and INFO
-    chatter: the Python traceback and the exceptions' messages are what a report needs."""
-    kept = [
-        line
-        for line in text.splitlines()
-        if not line.lstrip().startswith(("at ", "... ")) and " INFO " not in line
-    ]
-    return "\n".join(kept[-lines:])
 
 
 @pytest.fixture(scope="session")

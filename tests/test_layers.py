@@ -119,3 +119,27 @@ def test_each_layer_has_its_error_tree_with_stable_codes() -> None:
         assert issubclass(error, layer), (error, layer)
     codes = [e.error_class for e in errors]
     assert len(set(codes)) == len(codes) and "AUTOCDC_ERROR" not in codes
+
+
+def test_tests_mirror_the_package_and_import_no_other_test() -> None:
+    """Tests live beside the layer they test (tests/engine, sources, pipelines; e2e for
+    the package as a user runs it) and share helpers through tests/support only: a test
+    file importing another would run that file's tests' module code twice over."""
+    tests = Path(__file__).parent
+    files = sorted(tests.rglob("test_*.py"))
+    layers = {"engine", "sources", "pipelines", "e2e"}
+    assert {f.parent.name for f in files if f.parent != tests} == layers
+    imported = {
+        f"{f.relative_to(tests)} imports {name}"
+        for f in files
+        for node in ast.walk(ast.parse(f.read_text()))
+        for name in _module_names(node)
+        if name.startswith(("test_", "conftest"))
+    }
+    assert imported == set()
+
+
+def _module_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return [node.module or ""] if isinstance(node, ast.ImportFrom) else []

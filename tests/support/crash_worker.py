@@ -25,8 +25,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-from conftest import SUBPROCESS_CONF
 from pyspark.sql import SparkSession
+from sparkconf import SUBPROCESS_CONF
 
 import autocdc
 from autocdc.engine.faults import CRASH_ENV

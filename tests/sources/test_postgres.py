@@ -1,4 +1,4 @@
-"""PostgreSQL log-based capture against a real server (tests/pgserver.py).
+"""PostgreSQL log-based capture against a real server (tests/support/pgserver.py).
 
 The stream reader is driven here the way Spark drives it (latestOffset, partitions, read,
 commit), so a test can write to the database at the exact moments that matter: between

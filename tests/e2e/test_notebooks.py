@@ -12,9 +12,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import JVM_OPTIONS
 from nbclient import NotebookClient
-from test_crash import ROOT
+from processes import ROOT
+from sparkconf import JVM_OPTIONS
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # A small local Spark: the machine's 2 cores are shared with other test runs.

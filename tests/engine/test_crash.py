@@ -12,61 +12,22 @@ per SCD type: random batches of a fixed change set, each kill at a random crash 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import random
 import signal
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
 
 import crash_worker
 import pytest
-from conftest import error_tail, explore
+from changes import EVERYTHING, A, B, C, rows
+from processes import run_worker
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd1_groups, fold_scd2
 
-from autocdc.engine.faults import CRASH_ENV
+# Heavy explorations (more kill chains) run only with AUTOCDC_HYPOTHESIS=dev.
+explore = pytest.mark.skipif(
+    os.environ.get("AUTOCDC_HYPOTHESIS") != "dev", reason="exploration: AUTOCDC_HYPOTHESIS=dev"
+)
 
-WORKER = Path(__file__).with_name("crash_worker.py")
-ROOT = WORKER.resolve().parent.parent
-
-A = [Change(1, 2, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1)), Change(3, 5, DELETE)]
-B = [Change(2, 3, UPSERT, ("b2", 2)), Change(3, 4, UPSERT, ("c-old", 0)), Change(1, 1, DELETE)]
-C = [Change(1, 6, DELETE), Change(4, 1, UPSERT, ("d1", None)), Change(2, 3, UPSERT, ("b2", 2))]
 NULL_KEY_ROW = (None, "lost?", 0, "U", 9)
-
-
-def rows(changes: list[Change]) -> list[tuple]:
-    return [(c.key, *(c.values or (None, None)), c.op, c.seq) for c in changes]
-
-
-def run(
-    warehouse: Path,
-    target: str,
-    batch: list[tuple] | dict[str, Any],
-    crash_at: str | None,
-    scd_type: int = 1,
-) -> int:
-    """Apply ``batch`` (or ``{"batches": [...]}``, in turn, maybe after a ``"before"``
-    target's batches: see crash_worker.py) in a fresh process, which is killed at
-    ``crash_at`` (during the last batch) if given; return its exit code."""
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    # The worker must run this tree's engine (not whatever `autocdc` is installed, e.g.
-    # the editable install of another worktree): the repository root goes first.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    if crash_at:
-        env[CRASH_ENV] = crash_at
-    done = subprocess.run(
-        [sys.executable, str(WORKER), str(warehouse), target, json.dumps(batch), str(scd_type)],
-        env=env,
-        cwd=WORKER.parent,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode in (0, -signal.SIGKILL), error_tail(done.stderr)
-    return done.returncode
 
 
 @pytest.mark.e2e
@@ -82,7 +43,7 @@ def test_killed_applies_converge(spark, tmp_path):
         (target, [*rows(B), NULL_KEY_ROW], "after_quarantine", 1),  # before the state
         (target, {"batches": [[*rows(B), NULL_KEY_ROW], rows(C)]}, None, 1),
     ]
-    codes = [run(tmp_path, name, batch, crash, scd) for name, batch, crash, scd in steps]
+    codes = [run_worker(tmp_path, name, batch, crash, scd) for name, batch, crash, scd in steps]
     assert codes == [-signal.SIGKILL, -signal.SIGKILL, -signal.SIGKILL, 0]
 
     table = spark.read.format("delta").load(str(tmp_path / target))
@@ -95,26 +56,6 @@ def test_killed_applies_converge(spark, tmp_path):
     assert got == fold_scd2(A + B + C)
 
 
-# A fixed change set for the random kills: out of order, delete before insert, a delete
-# then an older upsert, a reinsert, a tie of two upserts, an upsert and a delete at one
-# sequence.
-EVERYTHING = [
-    Change(1, 2, UPSERT, ("a1", 1)),
-    Change(2, 1, UPSERT, ("b1", 1)),
-    Change(3, 5, DELETE),
-    Change(2, 3, UPSERT, ("b2", 2)),
-    Change(3, 4, UPSERT, ("c-old", 0)),
-    Change(1, 1, DELETE),
-    Change(1, 6, DELETE),
-    Change(4, 1, UPSERT, ("d1", None)),
-    Change(4, 3, UPSERT, ("d3", 1)),
-    Change(4, 3, UPSERT, ("d2", 2)),
-    Change(5, 2, UPSERT, ("e1", 0)),
-    Change(5, 4, DELETE),
-    Change(5, 7, UPSERT, ("e2", None)),
-    Change(6, 2, UPSERT, ("f1", 1)),
-    Change(6, 2, DELETE),
-]
 CRASH_POINTS = {
     1: ["after_stage", "after_target_commit", "after_quarantine", "after_state_commit"],
     2: ["after_stage", "after_target_commit", "after_quarantine", "after_state_commit"],
@@ -144,7 +85,7 @@ def test_random_kills_then_other_batches_converge(spark, tmp_path, scd_type):
 
     target = f"random_kills_{scd_type}"
     codes = [
-        run(tmp_path, target, {"batches": batches}, crash, scd_type=scd_type)
+        run_worker(tmp_path, target, {"batches": batches}, crash, scd_type=scd_type)
         for batches, crash in steps
     ]
     assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0], story
@@ -214,7 +155,7 @@ def test_a_kill_with_sequence_groups_converges(spark, warehouse, new_table):
         "A": rows(A_THEN),
         "B": partial_rows(B_THEN),
     }
-    code = run(warehouse, "-", {"two_flows": plan}, "after_target_commit")
+    code = run_worker(warehouse, "-", {"two_flows": plan}, "after_target_commit")
     assert code == -signal.SIGKILL
 
     flows = crash_worker.two_flows(target, 1, groups=True)
@@ -244,7 +185,7 @@ def test_a_kill_during_one_flow_while_the_other_runs_converges(spark, warehouse,
         "A": rows(A_THEN),
         "B": partial_rows(B_THEN),
     }
-    code = run(warehouse, "-", {"two_flows": plan}, "after_target_commit")
+    code = run_worker(warehouse, "-", {"two_flows": plan}, "after_target_commit")
     assert code == -signal.SIGKILL
 
     changes = full_reference(FIRST + A_THEN + A_LATER) + partial_reference(B_THEN + B_LATER)

@@ -27,9 +27,9 @@ from typing import Any
 
 import pyspark
 import pytest
-from conftest import JVM_OPTIONS, error_tail
+from processes import ROOT, error_tail
 from pyspark.sql import DataFrame, SparkSession
-from test_crash import ROOT
+from sparkconf import JVM_OPTIONS
 
 SPARK_HOME = Path(pyspark.__file__).parent  # the wheel ships bin/spark-submit, spark-class
 DELTA = "io.delta:delta-spark_4.2_2.13:4.4.0"

@@ -14,23 +14,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from test_crash import ROOT
-from test_pipeline_kill import SMALL_SPARK
-from test_pipelines import write_project
+from processes import child_env, start_holder
+from projects import write_project
+from sparkconf import SMALL_SPARK
 
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.declare.project import PipelineSpecError
 from autocdc.pipelines.errors import PipelineLockedError
 from autocdc.pipelines.execute import lock
 
-# argv: storage, expiry, seconds to hold, lease name; prints "held" once it holds the lease
-HOLDER = """
-import sys, time
-from autocdc.pipelines.execute import lock
-with lock.hold(sys.argv[1], "shop", float(sys.argv[2]), name=sys.argv[4]):
-    print("held", flush=True)
-    time.sleep(float(sys.argv[3]))
-"""
 # argv: storage root, rounds, start (epoch), contenders; in round r, at start + r / 4 s,
 # claims <root>/<r> and prints "r won" or "r refused"; keeps what it won until every
 # contender is done (so a late one cannot win a lease released meanwhile)
@@ -53,30 +45,6 @@ with contextlib.ExitStack() as held:
     while sum(name.startswith("done-") for name in os.listdir(root)) < contenders:
         time.sleep(0.1)
 """
-
-
-def env() -> dict[str, str]:
-    paths = (str(ROOT), os.environ.get("PYTHONPATH"))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
-def start_holder(
-    storage: Path,
-    expiry: float,
-    seconds: float = 120,
-    sigint_ignored: bool = False,
-    name: str = lock.LEASE,
-) -> subprocess.Popen:
-    """A process holding the lease (the run's, or another of the storage: ``name``;
-    started with SIGINT ignored, as a script's background job is, if ``sigint_ignored``);
-    returns once it holds it."""
-    args = [sys.executable, "-c", HOLDER, str(storage), str(expiry), str(seconds), name]
-    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
-    proc = subprocess.Popen(
-        args, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ignore
-    )
-    assert proc.stdout is not None and proc.stdout.readline() == b"held\n", proc.stderr
-    return proc
 
 
 def lease(storage: Path) -> dict:
@@ -203,7 +171,9 @@ def test_one_of_several_contenders_takes_over_a_dead_claim(tmp_path):
     start = time.time() + 8  # after every contender imported autocdc
     args = [sys.executable, "-c", CONTENDER, str(tmp_path), str(rounds), str(start)]
     procs = [
-        subprocess.Popen([*args, str(contenders)], env=env(), stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*args, str(contenders)], env=child_env(), stdout=subprocess.PIPE, text=True
+        )
         for _ in range(contenders)
     ]
     said = [line for p in procs for line in p.communicate(timeout=900)[0].splitlines()]
@@ -235,7 +205,7 @@ def test_cli_refuses_a_second_run_while_one_runs(tmp_path, new_table):
     command = [sys.executable, "-m", "autocdc", "run", "--spec", str(spec)]
     first = subprocess.Popen(
         [*command, "--continuous", "--trigger-interval", "1h"],
-        env=env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -245,7 +215,9 @@ def test_cli_refuses_a_second_run_while_one_runs(tmp_path, new_table):
         for line in first.stdout:  # the lease is taken just before the run starts
             if "running continuously" in line:
                 break
-        second = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=900)
+        second = subprocess.run(
+            command, env=child_env(), capture_output=True, text=True, timeout=900
+        )
         assert second.returncode == 2, second.stderr
         assert "[AUTOCDC_PIPELINE_LOCKED]" in second.stderr
         assert f"pid {first.pid}," in second.stderr

@@ -2,10 +2,10 @@
 autocdc/pipelines/execute/extraction.py).
 
 Planning, options, refusals, checkpoint folding and the order batches complete in are pure
-Python. The step itself runs against a real PostgreSQL server (tests/pgserver.py) with an
+Python. The step itself runs against a real PostgreSQL server (tests/support/pgserver.py) with an
 ``apply`` that only collects the rows (no Delta): types, scope and partitions, STATELESS,
 retries and failures, the checkpoint kept or moved, staging, and the source's lease. The
-pipeline end to end, killed, is tests/test_extract_kill.py.
+pipeline end to end, killed, is tests/sources/test_extract_kill.py.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pgserver import Server
-from test_lock import start_holder
-from test_pipelines import run, write_project
+from processes import start_holder
+from projects import run, write_project
 
 from autocdc import AutoCdcFlow
 from autocdc.pipelines import cli

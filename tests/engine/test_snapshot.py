@@ -7,29 +7,20 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-from pathlib import Path
 
 import pytest
+from changes import A
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from processes import ROOT, run_worker
+from projects import PYSPARK_SCD1, copy_example, drop, run, scd1_rows, scd2_rows, write_project
 from reference import fold_scd1, fold_scd2, snapshot_changes
-from test_crash import run as run_worker
-from test_pipelines import (
-    PYSPARK_SCD1,
-    A,
-    copy_example,
-    drop,
-    run,
-    scd1_rows,
-    scd2_rows,
-    write_project,
-)
 
 import autocdc
 from autocdc.pipelines import errors
 
 SCHEMA = "id int, a string, b int"
-EXAMPLE = Path(__file__).resolve().parent.parent / "pipelines" / "snapshots"
+EXAMPLE = ROOT / "pipelines" / "snapshots"
 _targets = itertools.count()
 
 Rows = dict[int, tuple[str | None, int | None]]

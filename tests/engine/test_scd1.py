@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
-from reference import DELETE, UPSERT, Change, fold_scd1
+from reference import fold_scd1
+from users import (
+    EXAMPLE,
+    EXPECTED,
+    SCHEMA,
+    SOLE_FIRST,
+    SOLE_SECOND,
+    as_changes,
+    assert_target,
+    users_flow,
+)
 
 import autocdc
 from autocdc.engine.errors import (
@@ -13,60 +23,6 @@ from autocdc.engine.errors import (
     QUARANTINE_NULL_KEY,
     QUARANTINE_NULL_SEQUENCE,
 )
-
-SCHEMA = "userId int, name string, city string, operation string, sequenceNum long"
-EXAMPLE = [
-    (124, "Raul", "Oaxaca", "INSERT", 1),
-    (123, "Isabel", "Monterrey", "INSERT", 1),
-    (125, "Mercedes", "Tijuana", "INSERT", 2),
-    (126, "Lily", "Cancun", "INSERT", 2),
-    (123, None, None, "DELETE", 6),
-    (125, "Mercedes", "Guadalajara", "UPDATE", 6),
-    (125, "Mercedes", "Mexicali", "UPDATE", 5),
-    (123, "Isabel", "Chihuahua", "UPDATE", 5),
-]
-EXPECTED = [(124, "Raul", "Oaxaca"), (125, "Mercedes", "Guadalajara"), (126, "Lily", "Cancun")]
-
-
-def users_flow(target, **overrides):
-    spec = {
-        "target": target,
-        "keys": ["userId"],
-        "sequence_by": "sequenceNum",
-        "apply_as_deletes": "operation = 'DELETE'",
-        "except_column_list": ["operation", "sequenceNum"],
-    }
-    return autocdc.AutoCdcFlow(**{**spec, **overrides})
-
-
-def assert_target(spark, target, rows, schema="userId int, name string, city string"):
-    expected = spark.createDataFrame(rows, schema)
-    assert_df_equality(spark.table(target), expected, ignore_row_order=True, ignore_nullable=True)
-
-
-def as_changes(rows):
-    """``(key, name, city, operation, sequence)`` rows as the reference fold's changes."""
-    return [
-        Change(k, s, DELETE, ()) if op == "DELETE" else Change(k, s, UPSERT, (n, c))
-        for k, n, c, op, s in rows
-    ]
-
-
-SOLE_FIRST = [
-    (1, "a", "x", "INSERT", 10),
-    (2, "b", "x", "INSERT", 10),
-    (3, None, None, "DELETE", 10),  # a tombstone
-    (4, "d", "x", "INSERT", 10),
-    (5, "e", None, "INSERT", 10),
-]
-SOLE_SECOND = [
-    (1, "a2", "x", "UPDATE", 10),  # ties the stored sequence: the greater row wins
-    (2, "b", "x", "UPDATE", 10),  # the same change again
-    (3, "c", "x", "INSERT", 5),  # below its delete: dead
-    (4, "d0", "x", "UPDATE", 5),  # late
-    (5, None, "y", "UPDATE", 20),
-    (6, "f", "x", "INSERT", 1),
-]
 
 
 @pytest.mark.parametrize("ignore_null_updates", [False, True])

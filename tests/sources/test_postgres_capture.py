@@ -22,12 +22,12 @@ import psycopg
 import pytest
 import yaml
 from chispa import assert_df_equality
-from conftest import SUBPROCESS_CONF
 from pgserver import Server
+from processes import ROOT
+from sparkconf import SUBPROCESS_CONF
 
 from autocdc.sources.postgres import RESTARTED
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "pipelines" / "postgres"
 SEED = int(os.environ.get("AUTOCDC_CRASH_SEED", "7"))
 CUSTOMERS = "id BIGINT, name STRING, city STRING"

@@ -12,45 +12,13 @@ import sys
 import time
 
 import pytest
-from conftest import JVM_OPTIONS
+from changes import EVERYTHING
+from processes import ROOT, finish, start
+from projects import PYSPARK_SCD1, SQL_SCD2, drop, write_project
 from reference import fold_scd1, fold_scd2
-from test_crash import EVERYTHING, ROOT
-from test_pipelines import PYSPARK_SCD1, SQL_SCD2, drop, write_project
+from sparkconf import SMALL_SPARK
 
-from autocdc.engine.faults import CRASH_ENV
-
-SMALL_SPARK = {
-    "spark.master": "local[2]",
-    "spark.sql.shuffle.partitions": "1",
-    "spark.driver.extraJavaOptions": JVM_OPTIONS,
-}
 SEED = int(os.environ.get("AUTOCDC_CRASH_SEED", "7"))
-
-
-def start(spec, crash_at: str | None, *args: str) -> subprocess.Popen:
-    """``autocdc run`` of ``spec`` (with ``args``), killed at the crash point ``crash_at``."""
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    if crash_at:
-        env[CRASH_ENV] = crash_at
-    return subprocess.Popen(
-        [sys.executable, "-m", "autocdc", "run", "--spec", str(spec), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(proc: subprocess.Popen, kill_after: float | None = None) -> int:
-    if kill_after is not None:
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-    output, _ = proc.communicate(timeout=600)
-    assert proc.returncode in (0, -signal.SIGKILL), output[-3000:]
-    return proc.returncode
 
 
 @pytest.mark.e2e

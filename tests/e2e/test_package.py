@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import error_tail
-from test_crash import ROOT
+from processes import ROOT, error_tail
 
 from autocdc.engine.session import DEFAULTS, read_conf_file
 

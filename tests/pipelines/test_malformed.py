@@ -14,8 +14,8 @@ import json
 
 import pytest
 from chispa import assert_df_equality
+from projects import PYSPARK_SCD1, run, write_project
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-from test_pipelines import PYSPARK_SCD1, run, write_project
 
 import autocdc
 from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD, QUARANTINE_NULL_KEY

@@ -14,10 +14,12 @@ import signal
 from pathlib import Path
 
 import pytest
+from changes import A, B, C
+from processes import finish, start
+from projects import drop, run, write_project
 from reference import fold_scd1
 from rich.console import Console
-from test_pipeline_kill import SMALL_SPARK, finish, start
-from test_pipelines import A, B, C, drop, run, write_project
+from sparkconf import SMALL_SPARK
 
 from autocdc import AutoCdcFlow
 from autocdc.engine.errors import ConcurrentWriteError

@@ -8,10 +8,17 @@ import time
 
 import pytest
 from chispa import assert_df_equality
+from projects import run, write_project
 from pyspark.sql import functions as F
-from test_pipelines import run, write_project
-from test_scd1 import EXAMPLE, EXPECTED, SCHEMA, assert_target, users_flow
-from test_scd2 import assert_versions, history_flow
+from users import (
+    EXAMPLE,
+    EXPECTED,
+    SCHEMA,
+    assert_target,
+    assert_versions,
+    history_flow,
+    users_flow,
+)
 
 import autocdc
 from autocdc.engine import tables

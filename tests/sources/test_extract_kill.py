@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SUBPROCESS_CONF
 from pgserver import Server
+from processes import ROOT, finish, start
+from projects import run
 from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd2
-from test_crash import ROOT
-from test_pipeline_kill import finish, start
-from test_pipelines import run
+from sparkconf import SUBPROCESS_CONF
 
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.execute.checkpoint import FILE

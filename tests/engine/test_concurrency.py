@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import error_tail
+from changes import rows
+from processes import ROOT, WORKER, error_tail
 from pyspark.sql import DataFrameWriter
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
-from test_crash import ROOT, WORKER, rows
 
 import autocdc
 from autocdc.engine import commit, gc

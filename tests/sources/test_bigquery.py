@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from processes import ROOT
+from projects import copy_example, run
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
-from test_pipelines import copy_example, run
 
 import autocdc
 from autocdc.engine.errors import (
@@ -22,7 +22,7 @@ from autocdc.engine.errors import (
     QUARANTINE_UNKNOWN_CHANGE_TYPE,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "pipelines" / "bigquery"
+EXAMPLE = ROOT / "pipelines" / "bigquery"
 SCHEMA = "id int, name string, _CHANGE_TYPE string, _CHANGE_SEQUENCE_NUMBER string"
 TARGET = "id int, name string"
 # Each key's winner differs from the one a string comparison of the sequence would pick.

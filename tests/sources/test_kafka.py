@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from kafkaserver import Broker, Connect
 from pgserver import Server
-from test_pipelines import run
+from processes import ROOT
+from projects import run
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).parent.parent / "pipelines" / "debezium"
+EXAMPLE = ROOT / "pipelines" / "debezium"
 TOPIC = "shop.public.customers"
 # The PostgreSQL flow of the example, reading Kafka: no glue but the source's declaration.
 CUSTOMERS = """

@@ -6,28 +6,17 @@ from __future__ import annotations
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd2
-from test_scd1 import EXAMPLE, SCHEMA, SOLE_FIRST, SOLE_SECOND, as_changes
+from users import (
+    EXAMPLE,
+    SCHEMA,
+    SOLE_FIRST,
+    SOLE_SECOND,
+    as_changes,
+    assert_versions,
+    history_flow,
+)
 
 import autocdc
-
-VERSIONS = "userId int, name string, city string, __START_AT long, __END_AT long"
-
-
-def history_flow(target, **overrides):
-    spec = {
-        "target": target,
-        "keys": ["userId"],
-        "sequence_by": "sequenceNum",
-        "apply_as_deletes": "operation = 'DELETE'",
-        "except_column_list": ["operation", "sequenceNum"],
-        "stored_as_scd_type": 2,
-    }
-    return autocdc.AutoCdcFlow(**{**spec, **overrides})
-
-
-def assert_versions(spark, target, rows):
-    expected = spark.createDataFrame(rows, VERSIONS)
-    assert_df_equality(spark.table(target), expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_worked_example_out_of_order_with_replay(spark, new_table):

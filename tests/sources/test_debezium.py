@@ -1,7 +1,7 @@
 """Debezium change events as change rows: the envelope mapped, positions in commit order,
 tombstones skipped, and events that cannot be mapped quarantined with their raw text.
 
-The event files in tests/data/debezium hold one event value per line (a blank line is a
+The event files in tests/sources/data/debezium hold one event value per line (a blank line is a
 Kafka tombstone); the last lines of each ``-1`` file are the malformed events.
 """
 
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from test_pipelines import run
+from processes import ROOT
+from projects import run
 
 import autocdc
 from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
 from autocdc.sources.errors import DebeziumTopicsError
 
 DATA = Path(__file__).parent / "data" / "debezium"
-EXAMPLE = Path(__file__).parent.parent / "pipelines" / "debezium"
+EXAMPLE = ROOT / "pipelines" / "debezium"
 ROW = "id INT, name STRING, city STRING"
 OUT = f"{ROW}, _CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, _corrupt_record STRING"
 BAD_PG, BAD_MYSQL = 6, 4  # malformed events at the end of postgres-1 and mysql-1

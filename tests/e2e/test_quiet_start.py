@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from delta import configure_spark_with_delta_pip
+from processes import ROOT
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
-from test_crash import ROOT
 
 from autocdc.engine import archive, jars, session
 from autocdc.pipelines import cli

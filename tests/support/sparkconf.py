@@ -1,0 +1,24 @@
+"""The Spark settings of the tests: the workers' sessions and the JVMs tests start."""
+
+from __future__ import annotations
+
+TEST_CONF = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "2",
+    "spark.sql.adaptive.enabled": "false",
+}
+# A JVM a test starts in a subprocess lives a minute or two: the client compiler alone and
+# the serial collector spend about a third less CPU on its start and first batches than the
+# server compiler's and G1's threads (measured: 142 -> 95 s of CPU for one start and four
+# applies), which on 2 cores shared by both workers and their subprocesses is wall time.
+# Not for the workers' own sessions, which live through hundreds of batches: there the
+# server compiler pays off (test_scd1.py: 411 s of CPU with it, over 450 s without).
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SUBPROCESS_CONF = {**TEST_CONF, "spark.driver.extraJavaOptions": JVM_OPTIONS}
+# A pipeline project's own configuration, for the runs tests start as processes.
+SMALL_SPARK = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
+}
