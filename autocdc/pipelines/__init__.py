@@ -72,14 +72,14 @@ def create_auto_cdc_flow(
     from autocdc.pipelines.declare.registry import CdcFlow, where
 
     location = get_caller_source_code_location(stacklevel=1)
-    AutoCdcFlow(target=target, name=name, **options)  # raises on a bad declaration
+    spec = AutoCdcFlow(target=target, name=name, **options)  # raises on a bad declaration
     get_active_graph_element_registry().register_auto_cdc_flow(
         CdcFlow(
             name=name or target,
             target=target,
             source=source,
             where=where(location),
-            options=options,
+            spec=spec,
             streaming=not once,
             once=once,
             extract_options=extract_options,
@@ -205,14 +205,14 @@ def create_auto_cdc_from_snapshot_flow(
     }
     options = {k: v for k, v in options.items() if v is not None}
     options["max_delete_fraction"] = max_delete_fraction  # None here turns the guard off
-    AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises on a bad declaration
+    spec = AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises if bad
     get_active_graph_element_registry().register_auto_cdc_flow(
         SnapshotFlow(
             name=name or target,
             target=target,
             source=source,
             where=where(location),
-            options=options,
+            spec=spec,
         )
     )
 

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc import pipelines as dp
-from autocdc.engine.errors import UnknownConnectorError
+from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorError
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
 from autocdc.pipelines.execute import graph, lock
@@ -274,6 +274,15 @@ BAD = {
             "KEYS (id, a) SEQUENCE BY seq COLUMNS * EXCEPT (op, seq);",
         },
     ),
+    "sql_option_the_engine_refuses": (
+        errors.FlowAnalysisError,
+        {
+            "feed.py": PYSPARK_SCD1,
+            "cdc.sql": "CREATE STREAMING TABLE t;\n"
+            "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM(changes) KEYS (id) SEQUENCE BY seq\n"
+            "TRACK HISTORY ON (a);",
+        },
+    ),
     "debezium_unknown_connector": (
         UnknownConnectorError,
         {
@@ -307,6 +316,9 @@ def test_bad_definitions_are_refused_before_anything_runs(spark, tmp_path, datab
     if case == "flows_disagree":
         assert raised.value.params["field"] == "keys"
         assert (raised.value.params["flow"], raised.value.params["other"]) == ("backfill", "latest")
+    if case == "sql_option_the_engine_refuses":  # at its line, with the engine's error
+        assert raised.value.params["where"].endswith("cdc.sql:2")
+        assert isinstance(raised.value.__cause__, TrackHistoryWithScd1Error)
     if case == "scd2_of_pyspark_dp":
         assert raised.value.params["where"].endswith("cdc.py:4")
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
@@ -473,19 +485,38 @@ def test_flows_into_one_target_share_whether_it_is_partial_and_what_it_tracks(sp
     flows.add_dataset(registry.Dataset("t", "streaming_table", "t.py:1"))
     common = {"keys": ["id"], "sequence_by": "seq", "stored_as_scd_type": 2}
     for name, extra in (("full", {}), ("partial", {"columns_to_update": ["a"]})):
-        flows.add_flow(registry.CdcFlow(name, "t", "s", f"t.py:{name}", {**common, **extra}))
+        flows.add_flow(_cdc_flow(name, {**common, **extra}))
     resolved = graph.check_targets(flows)
-    assert [f.options.get("partial_target") for f in resolved["t"]] == [True, True]
-    assert graph.engine_flow(resolved["t"][0], "t").partial
+    assert [f.spec.partial_target for f in resolved["t"]] == [True, True]
+    assert not flows.flows["full"].spec.partial_target  # the declaration stays as it was
+    assert graph.engine_flow(resolved["t"][0], "db.t").partial
+    assert graph.engine_flow(resolved["t"][0], "db.t").target == "db.t"
 
-    flows.add_flow(
-        registry.CdcFlow(
-            "other", "t", "s", "t.py:9", {**common, "track_history_column_list": ["a"]}
-        )
-    )
+    flows.add_flow(_cdc_flow("other", {**common, "track_history_column_list": ["a"]}))
     with pytest.raises(errors.FlowsDisagreeError) as raised:
         graph.check_targets(flows)
     assert raised.value.params["field"] == "track_history_column_list"
+
+
+def test_a_flow_is_built_and_checked_once_where_it_is_declared(spark):
+    """The engine's flow is built when its declaration is read (a bad option fails there,
+    naming the line, the engine's error kept as the cause) and handed on as it is."""
+    flows = registry.Registry(spark)
+    cdc = "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM(s) KEYS (id) SEQUENCE BY seq"
+    with pytest.raises(errors.FlowAnalysisError) as raised:
+        flows.register_sql(f"{cdc}\nTRACK HISTORY ON (a);", Path("cdc.sql"))
+    assert raised.value.params["where"] == "cdc.sql:1"
+    assert isinstance(raised.value.__cause__, TrackHistoryWithScd1Error)
+    flows.register_sql(f"{cdc};", Path("cdc.sql"))
+    spec = flows.flows["f"].spec
+    assert (spec.target, spec.name, spec.keys, spec.sequence_by) == ("t", "f", ["id"], "seq")
+
+
+def _cdc_flow(name: str, options: dict) -> registry.CdcFlow:
+    """A flow into ``t`` declared at ``t.py:<name>`` with ``options``."""
+    at = f"t.py:{name}"
+    spec = registry.declared(registry.AutoCdcFlow, at, target="t", name=name, **options)
+    return registry.CdcFlow(name, "t", "s", at, spec)
 
 
 GROUPED = """
@@ -546,9 +577,7 @@ def test_sequence_groups_in_a_pipeline(spark, tmp_path, database):
     flows.add_dataset(registry.Dataset("t", "streaming_table", "t.py:1"))
     common = {"keys": ["id"], "sequence_by": "seq", "sequence_group": "x"}
     for name, groups in (("one", {"x": ["a"], "y": ["b"]}), ("two", {"x": ["a", "b"]})):
-        flows.add_flow(
-            registry.CdcFlow(name, "t", "s", f"t.py:{name}", {**common, "sequence_groups": groups})
-        )
+        flows.add_flow(_cdc_flow(name, {**common, "sequence_groups": groups}))
     with pytest.raises(errors.FlowsDisagreeError) as raised:
         graph.check_targets(flows)
     assert raised.value.params["field"] == "sequence_groups"

@@ -16,8 +16,9 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from pydantic import ValidationError
 from pyspark.errors import PySparkException
 from pyspark.pipelines import flow as sdp_flow
 from pyspark.pipelines import output as sdp_output
@@ -29,12 +30,14 @@ from pyspark.pipelines.source_code_location import SourceCodeLocation
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.snapshot import NextSnapshot
+from autocdc.engine.flow import AutoCdcFlow
+from autocdc.engine.snapshot import AutoCdcSnapshotFlow, NextSnapshot
 from autocdc.pipelines.declare import sql
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import (
     DuplicateDatasetError,
     DuplicateFlowError,
+    FlowAnalysisError,
     PipelineDefinitionError,
 )
 from autocdc.sources import debezium
@@ -72,8 +75,9 @@ class QueryFlow:
 
 @dataclass(frozen=True)
 class CdcFlow:
-    """An AUTO CDC flow: ``source`` applied to ``target`` by an ``autocdc.AutoCdcFlow``
-    built from ``options`` (every ``AutoCdcFlow`` parameter but target and name).
+    """An AUTO CDC flow: ``source`` applied to ``target`` by ``spec``, the engine's flow
+    built and checked once, where it was declared (its target as declared: the run
+    qualifies it, :func:`respec`).
 
     ``streaming``: the source is read as a stream (else as one batch, every run).
     ``once``: a backfill, read as one batch by the first run and after a full refresh of
@@ -84,7 +88,7 @@ class CdcFlow:
     target: str
     source: str
     where: str
-    options: dict[str, Any]
+    spec: AutoCdcFlow
     streaming: bool = True
     once: bool = False
     extract_options: ExtractionOptions | None = None
@@ -102,15 +106,14 @@ class ExtractionSource:
 @dataclass(frozen=True)
 class SnapshotFlow:
     """An AUTO CDC FROM SNAPSHOT flow: ``source`` (a table or view, read whole each run, or
-    a ``next_snapshot(latest_version)`` function) applied to ``target`` by an
-    ``autocdc.AutoCdcSnapshotFlow`` built from ``options`` (its parameters but target and
-    name)."""
+    a ``next_snapshot(latest_version)`` function) applied to ``target`` by ``spec``, the
+    engine's snapshot flow built and checked once, where it was declared."""
 
     name: str
     target: str
     source: str | NextSnapshot
     where: str
-    options: dict[str, Any]
+    spec: AutoCdcSnapshotFlow
     extraction: Extraction | None = None  # a STATELESS source's, set by :func:`load`
 
 
@@ -144,6 +147,27 @@ def _given(statement: object, names: tuple[str, ...]) -> dict[str, Any]:
     """The options among ``names`` that the statement gives (not None)."""
     options = {name: getattr(statement, name) for name in names}
     return {k: v for k, v in options.items() if v is not None}
+
+
+Spec = TypeVar("Spec", AutoCdcFlow, AutoCdcSnapshotFlow)
+
+
+def declared(kind: type[Spec], at: str, **fields: Any) -> Spec:
+    """The engine's flow of a declaration, checked now: a bad option is a definition
+    error naming the line (``at``) and the flow, the engine's error as its cause."""
+    try:
+        return kind(**fields)
+    except (AutoCdcError, ValidationError) as error:
+        name = fields.get("name") or fields["target"]
+        raise FlowAnalysisError(where=at, flow=name, problem=str(error)) from error
+
+
+def respec(spec: Spec, **changes: Any) -> Spec:
+    """``spec`` with ``changes`` (a run's qualified target, what the target's other flows
+    imply), validated again as a new flow: pydantic's ``model_copy`` would keep what was
+    derived from the old values."""
+    given = {name: getattr(spec, name) for name in spec.model_fields_set}
+    return type(spec)(**{**given, **changes})
 
 
 def where(location: SourceCodeLocation | sql.Location) -> str:
@@ -221,7 +245,7 @@ class Registry(GraphElementRegistry):
             if dataset.table_properties:
                 table["table_properties"] = dict(dataset.table_properties)
             if table:
-                self.flows[name] = replace(flow, options={**flow.options, **table})
+                self.flows[name] = replace(flow, spec=respec(flow.spec, **table))
 
     def link_extractions(self) -> None:
         """Give each flow that reads an extraction source its declaration; refuse what
@@ -308,15 +332,10 @@ class Registry(GraphElementRegistry):
             "except_column_list": column_text(flow.except_column_list),
             "stored_as_scd_type": int(flow.stored_as_scd_type or 1),
         }
-        self.add_flow(
-            CdcFlow(
-                name=flow.name or flow.target,
-                target=flow.target,
-                source=flow.source,
-                where=where(flow.source_code_location),
-                options={k: v for k, v in options.items() if v is not None},
-            )
-        )
+        name, at = flow.name or flow.target, where(flow.source_code_location)
+        given = {k: v for k, v in options.items() if v is not None}
+        spec = declared(AutoCdcFlow, at, target=flow.target, name=name, **given)
+        self.add_flow(CdcFlow(name, flow.target, flow.source, at, spec))
 
     def register_sql(self, sql_text: str, file_path: Path) -> None:
         for statement in sql.parse(sql_text, str(file_path)):
@@ -351,23 +370,24 @@ class Registry(GraphElementRegistry):
         elif isinstance(statement, sql.ExtractionStatement):
             self.add_extraction(ExtractionSource(_extraction(statement, at), at))
         elif isinstance(statement, sql.AutoCdcSnapshotStatement):
+            given = _given(statement, _SNAPSHOT_OPTIONS)
+            spec = declared(
+                AutoCdcSnapshotFlow, at, target=statement.target, name=statement.name, **given
+            )
             self.add_flow(
-                SnapshotFlow(
-                    name=statement.name,
-                    target=statement.target,
-                    source=statement.source,
-                    where=at,
-                    options=_given(statement, _SNAPSHOT_OPTIONS),
-                )
+                SnapshotFlow(statement.name, statement.target, statement.source, at, spec)
             )
         else:
+            given = _given(statement, _CDC_OPTIONS)
             self.add_flow(
                 CdcFlow(
                     name=statement.name,
                     target=statement.target,
                     source=statement.source,
                     where=at,
-                    options=_given(statement, _CDC_OPTIONS),
+                    spec=declared(
+                        AutoCdcFlow, at, target=statement.target, name=statement.name, **given
+                    ),
                     streaming=statement.streaming,
                     once=statement.once,
                 )

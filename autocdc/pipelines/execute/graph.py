@@ -35,6 +35,7 @@ from autocdc.pipelines.declare.registry import (
     QueryFlow,
     Registry,
     SnapshotFlow,
+    respec,
 )
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
@@ -115,18 +116,19 @@ def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
 
 
 def engine_flow(flow: CdcFlow, target: str, read: int = 0) -> AutoCdcFlow:
-    """The engine's flow for ``flow``. Over an extraction source its changes are ordered
-    by ``sequence_by`` and then by the run's ``read`` (:func:`extraction.sequence`; 0 when
-    no read is applied: the definition checks need only its type)."""
-    options = flow.options
-    if flow.extraction is not None:
-        by = extraction.sequence(options.get("sequence_by"), read)
-        options = {**options, "sequence_by": by}
-    return AutoCdcFlow(target=target, name=flow.name, **options)
+    """The engine's flow for ``flow`` into ``target`` (qualified by the run), a new one
+    each time: an engine flow keeps what it read of its tables between batches. Over an
+    extraction source its changes are ordered by ``sequence_by`` and then by the run's
+    ``read`` (:func:`extraction.sequence`; 0 when no read is applied: the definition
+    checks need only its type)."""
+    if flow.extraction is None:
+        return respec(flow.spec, target=target)
+    by = extraction.sequence(flow.spec.sequence_by, read)
+    return respec(flow.spec, target=target, sequence_by=by)
 
 
 def snapshot_flow(flow: SnapshotFlow, target: str) -> AutoCdcSnapshotFlow:
-    return AutoCdcSnapshotFlow(target=target, name=flow.name, **flow.options)
+    return respec(flow.spec, target=target)
 
 
 def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
@@ -137,9 +139,9 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
         return df
     if isinstance(flow, SnapshotFlow):
         out, seq_type = df, LongType()
-        scd_type = snapshot_flow(flow, flow.target).stored_as_scd_type
+        scd_type = flow.spec.stored_as_scd_type
     else:
-        engine = engine_flow(flow, flow.target)
+        engine = flow.spec
         listing = engine.columns_to_update_column
         excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
         keep = engine.column_list or [c for c in df.columns if c not in excepted]
@@ -174,7 +176,7 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
         _check_alone(into)
         cdc = [f for f in into if isinstance(f, CdcFlow)]
         _check_agree(cdc)
-        if any(engine_flow(f, f.target).partial for f in cdc):
+        if any(f.spec.partial for f in cdc):
             flows[name] = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
     return flows
 
@@ -183,7 +185,7 @@ def _partial(flow: CdcFlow) -> CdcFlow:
     """The flow declaring its target partial: one flow of the target has partial upserts,
     so the target's state, which every flow into it shares, must record which columns
     each upsert set, whichever flow creates it."""
-    return dataclasses.replace(flow, options={**flow.options, "partial_target": True})
+    return dataclasses.replace(flow, spec=respec(flow.spec, partial_target=True))
 
 
 def _check_alone(flows: list[Flow]) -> None:
@@ -203,24 +205,19 @@ def _check_alone(flows: list[Flow]) -> None:
 # What the flows into one target share through its state table (the source, sequence,
 # delete condition and column selection are each flow's own), and for SCD type 2 which
 # columns open a version (the history is recomputed by whichever flow runs).
-_SHARED = {
-    "keys": None,
-    "stored_as_scd_type": 1,
-    "track_history_column_list": None,
-    "track_history_except_column_list": None,
-    "sequence_groups": None,
-}
-
-
-def _shared(flow: CdcFlow, name: str, default: object) -> object:
-    value = flow.options.get(name, default)
-    return [value] if name == "keys" and isinstance(value, str) else value
+_SHARED = (
+    "keys",
+    "stored_as_scd_type",
+    "track_history_column_list",
+    "track_history_except_column_list",
+    "sequence_groups",
+)
 
 
 def _check_agree(flows: list[CdcFlow]) -> None:
     for flow in flows[1:]:
-        for name, default in _SHARED.items():
-            value, other = (_shared(f, name, default) for f in (flow, flows[0]))
+        for name in _SHARED:
+            value, other = (getattr(f.spec, name) for f in (flow, flows[0]))
             if value != other:
                 raise FlowsDisagreeError(
                     where=flow.where,
