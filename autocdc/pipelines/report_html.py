@@ -32,7 +32,7 @@ ROW_COLORS = ["#4a78b5", "#e0a030", "#c0392b"]  # upserted, deleted, quarantined
 # Local times on the x axis, e.g. 09:05 under an offset of 2026-11-30, or 30 Nov at midnight.
 TIME_FORMATS = {
     "formats": ["%Y", "%b %Y", "%d %b", "%H:%M", "%H:%M", "%H:%M:%S"],
-    "zero_formats": ["", "%Y", "%b %Y", "%d %b", "%H:%M", "%H:%M"],
+    "zero_formats": ["", "%Y", "%b %Y", "%d %b", "%H:%M", "%H:%M:%S"],
     "offset_formats": ["", "%Y", "%b %Y", "%Y-%m-%d", "%Y-%m-%d", "%Y-%m-%d %H:%M"],
 }
 
@@ -201,7 +201,8 @@ def _batch_plots(index: int, batches: list[Batch] | None, event_log: str) -> lis
     ]
     if timed:
         caption = "Wall time of each batch" + _left_out(len(batches) - len(timed), "duration")
-        parts.append(_figure("duration", _duration_plot(f"flow{index}-duration", timed), caption))
+        plot = _duration_plot(f"flow{index}-duration", timed, batches)
+        parts.append(_figure("duration", plot, caption))
     else:
         parts.append('<p class="note">No batch of this flow recorded its duration.</p>')
     return [*parts, "<h3>Lag</h3>", _lag(index, batches)]
@@ -215,7 +216,8 @@ def _lag(index: int, batches: list[Batch]) -> str:
             "is still unprocessed."
         )
         return f'<p class="note">{escape(note)}</p>'
-    return _figure("lag", _lag_plot(f"flow{index}-lag", known), LAG_CAPTION + _lag_gaps(batches))
+    plot = _lag_plot(f"flow{index}-lag", known, batches)
+    return _figure("lag", plot, LAG_CAPTION + _lag_gaps(batches))
 
 
 def _lag_gaps(batches: list[Batch]) -> str:
@@ -263,7 +265,7 @@ def _rows_plot(gid: str, batches: list[Batch]) -> str:
     def plot(axes: Axes) -> None:
         from matplotlib.ticker import MaxNLocator
 
-        tops = _bars(axes, gid, times, stacks, ROW_COLORS)
+        tops = _bars(axes, gid, times, stacks, ROW_COLORS, times)
         read = [b.rows_in for b in batches]
         axes.plot(times, [_nan(v) for v in read], ls="none", marker="_", ms=12, mew=1.5,
                   color="#222", label="read")  # fmt: skip
@@ -273,24 +275,26 @@ def _rows_plot(gid: str, batches: list[Batch]) -> str:
         handles, labels = axes.get_legend_handles_labels()
         _legend(axes, handles[1:] + handles[:1], labels[1:] + labels[:1])  # "read" last
 
-    return _draw(plot)
+    return _draw(plot, times)
 
 
-def _duration_plot(gid: str, batches: list[Batch]) -> str:
-    """One bar per batch with a known duration, in a unit that suits the longest."""
-    times = [b.event_time for b in batches]
+def _duration_plot(gid: str, batches: list[Batch], shown: list[Batch]) -> str:
+    """One bar per batch with a known duration, in a unit that suits the longest; on the
+    time axis of all the batches ``shown``, like the other plots."""
+    times, span = [b.event_time for b in batches], [b.event_time for b in shown]
     seconds = [b.seconds or 0.0 for b in batches]
     scale, unit = _unit(max(seconds))
 
     def plot(axes: Axes) -> None:
-        tops = _bars(axes, gid, times, {"seconds": [s / scale for s in seconds]}, ["#3d8f8f"])
+        scaled = {"seconds": [s / scale for s in seconds]}
+        tops = _bars(axes, gid, times, scaled, ["#3d8f8f"], span)
         _label(axes, times, tops, [_duration(s) for s in seconds])
         axes.set_ylabel(f"duration ({unit})")
 
-    return _draw(plot)
+    return _draw(plot, span)
 
 
-def _lag_plot(gid: str, batches: list[Batch]) -> str:
+def _lag_plot(gid: str, batches: list[Batch], shown: list[Batch]) -> str:
     """Files left and the oldest input's age after each batch; a batch without a value is
     left out of that line (a gap would hide a lone point)."""
     files = [(b.event_time, b.lag_files) for b in batches if b.lag_files is not None]
@@ -309,10 +313,8 @@ def _lag_plot(gid: str, batches: list[Batch]) -> str:
         twin.set_ylabel(label)
         twin.set_ylim(bottom=0)
         _legend(axes, lines, [line.get_label() for line in lines])
-        times = [b.event_time for b in batches]
-        _time_axis(axes, times, (max(times) - min(times)) * 0.08)  # room for the last values
 
-    return _draw(plot)
+    return _draw(plot, [b.event_time for b in shown])
 
 
 def _legend(axes: Axes, handles: list[Any], labels: list[str]) -> None:
@@ -339,30 +341,30 @@ def _line(
 
 def _bars(
     axes: Axes, gid: str, times: list[datetime], stacks: dict[str, list[float]],
-    colors: list[str],
+    colors: list[str], span: list[datetime],
 ) -> list[float]:  # fmt: skip
-    """Stacked bars over time, each with its own SVG id; returns the stacks' tops."""
-    width = _bar_width(times)
+    """Stacked bars over time, each with its own SVG id, as wide as the batches ``span``
+    allow; returns the stacks' tops."""
+    width = _bar_width(span)
     tops = [0.0] * len(times)
     for (name, values), color in zip(stacks.items(), colors, strict=False):
         bars = axes.bar(times, values, width, bottom=tops, color=color, label=name)
         for i, bar in enumerate(bars):
             bar.set_gid(f"{gid}-{name}-{i}")
         tops = [top + value for top, value in zip(tops, values, strict=True)]
-    axes.set_ylim(bottom=0, top=max(max(tops) * 1.18, 1))
-    _time_axis(axes, times, timedelta(days=width))
     return tops
 
 
 def _bar_width(times: list[datetime]) -> float:
-    """Most of the usual gap between batches, in days (matplotlib's date unit)."""
-    gaps = sorted((b - a).total_seconds() for a, b in pairwise(times) if b > a)
-    usual = gaps[len(gaps) // 2] if gaps else 120.0
-    return 0.7 * usual / 86400
+    """Most of the shortest gap between batches, so no two bars overlap, in days
+    (matplotlib's date unit)."""
+    gaps = [(b - a).total_seconds() for a, b in pairwise(times) if b > a]
+    return 0.7 * min(gaps, default=120.0) / 86400
 
 
 def _label(axes: Axes, times: list[datetime], tops: list[float], texts: list[str]) -> None:
-    """Values above the bars, while there is room for them."""
+    """Values above the bars, while there is room for them, and room above the tops."""
+    axes.set_ylim(bottom=0, top=max(max(tops) * 1.18, 1))
     if len(times) > LABELLED_BARS:
         return
     for x, y, text in zip(times, tops, texts, strict=True):
@@ -370,13 +372,15 @@ def _label(axes: Axes, times: list[datetime], tops: list[float], texts: list[str
                       va="bottom", fontsize=8)  # fmt: skip
 
 
-def _time_axis(axes: Axes, times: list[datetime], pad: timedelta) -> None:
-    """Local times on x; a lone batch gets its full time as the only tick."""
+def _time_axis(axes: Axes, times: list[datetime]) -> None:
+    """Local times on x, the same for every plot of a flow, with room for a bar and a
+    value beside the last point; a lone batch gets its full time as the only tick."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, DateFormatter, date2num
     from matplotlib.ticker import FixedLocator
 
     first, last = min(times), max(times)
-    pad = max(pad, (last - first) * 0.03) if last > first else max(pad * 5, timedelta(minutes=5))
+    bar = timedelta(days=_bar_width(times))
+    pad = max(bar, (last - first) * 0.08) if last > first else 5 * bar
     axes.set_xlim(first - pad, last + pad)
     if first == last:
         axes.xaxis.set_major_locator(FixedLocator([date2num(first)]))
@@ -387,8 +391,9 @@ def _time_axis(axes: Axes, times: list[datetime], pad: timedelta) -> None:
     axes.xaxis.set_major_formatter(ConciseDateFormatter(locator, **TIME_FORMATS))
 
 
-def _draw(plot: Callable[[Axes], None]) -> str:
-    """A figure drawn by ``plot`` as inline SVG (text kept as text, so it can be found)."""
+def _draw(plot: Callable[[Axes], None], times: list[datetime]) -> str:
+    """A figure drawn by ``plot`` over ``times`` as inline SVG (text kept as text, so it
+    can be found)."""
     import matplotlib
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
@@ -398,6 +403,7 @@ def _draw(plot: Callable[[Axes], None]) -> str:
         axes.grid(alpha=0.3)
         axes.set_axisbelow(True)
         plot(axes)
+        _time_axis(axes, times)
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
@@ -441,8 +447,8 @@ def _quarantine(quarantine: Quarantine | None) -> list[str]:
     parts.append("</table>")
     shown = _count(len(quarantine.samples), "row")
     parts.append(
-        f"<p>The newest {escape(shown)} of <code>{escape(quarantine.table)}</code>, which holds "
-        "them all (a field holding JSON text is shown as that JSON):</p>"
+        f"<p>Newest first ({escape(shown)} shown; <code>{escape(quarantine.table)}</code> holds "
+        "them all). A field holding JSON text is shown as that JSON:</p>"
     )
     parts.append(
         '<table class="samples"><tr><th>quarantined at</th><th>batch</th><th>reason</th>'
