@@ -7,7 +7,10 @@ type 2 target and its quarantine come from the engine itself.
 from __future__ import annotations
 
 import argparse
+import html
+import json
 import os
+import re
 import shutil
 import sys
 import uuid
@@ -21,10 +24,12 @@ from autocdc.pipelines.declare import project as projects
 from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.operations.report import add_arguments, key_pair, write_report
 from autocdc.pipelines.operations.report_html import (
+    Batch,
     FlowStatus,
     Page,
     Quarantine,
     ReportDependencyError,
+    record,
     render,
 )
 
@@ -38,7 +43,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT"
+CHANGES = "id INT, name STRING, city STRING, op STRING, seq BIGINT, _corrupt_record STRING"
+# A change event the source could not map, kept as its raw text by the engine.
+EVENT = '{"op":"c","after":{"id":9,"name":"Tom & \\"Jerry\\" <x>"}}'
 
 
 def _project(tmp_path: Path, name: str) -> projects.Project:
@@ -90,7 +97,8 @@ def _events(customers: str, orders: str) -> list[tuple]:
 @pytest.fixture(scope="module")
 def shop(spark, tmp_path_factory):
     """A project whose event log names two flows: an SCD2 target with versions of key
-    id=5 and two NULL-key rows in quarantine, and a flow whose target does not exist.
+    id=5, two NULL-key rows and a malformed event in quarantine, and a flow whose target
+    does not exist.
     Module-scoped (two engine batches cost seconds), so the names are its own."""
     suffix = uuid.uuid4().hex[:8]
     customers, orders = f"customers_{suffix}", f"orders_{suffix}"
@@ -100,18 +108,19 @@ def shop(spark, tmp_path_factory):
         keys=["id"],
         sequence_by="seq",
         apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
+        except_column_list=["op", "seq", "_corrupt_record"],
         stored_as_scd_type=2,
     )
     flow.apply(
         spark.createDataFrame(
             [
-                (5, "Ann", "Oslo", "U", 1),
-                (5, "Ann", "Rome", "U", 3),
-                (7, "Bob", "Lima", "U", 2),
-                (None, "Nil", "Oslo", "U", 4),
-                (None, "<script>alert(1)</script>", "Oslo", "U", 5),
-                (5, "Ann", "Rome", "D", 6),
+                (5, "Ann", "Oslo", "U", 1, None),
+                (5, "Ann", "Rome", "U", 3, None),
+                (7, "Bob", "Lima", "U", 2, None),
+                (None, "Nil", "Oslo", "U", 4, None),
+                (None, "<script>alert(1)</script>", "Oslo", "U", 5, None),
+                (5, "Ann", "Rome", "D", 6, None),
+                (None, None, None, None, 7, EVENT),
             ],
             CHANGES,
         )
@@ -173,6 +182,105 @@ def test_key_pair_escaping_and_missing_matplotlib(monkeypatch):
         render(page)
 
 
+def _page(*flows: FlowStatus) -> Page:
+    return Page("shop", datetime(2026, 12, 1), "/log", True, {}, list(flows))
+
+
+def _flow(name: str, batches: list[Batch] | None, quarantine: Quarantine | None) -> FlowStatus:
+    return FlowStatus(name, f"db.{name}", True, False, batches, None, quarantine, None)
+
+
+def _batches(count: int, no_lag: set[int], no_seconds: set[int]) -> list[Batch]:
+    start = datetime(2026, 11, 30, 9, 0)
+    return [
+        Batch(
+            event_time=start + timedelta(minutes=i),
+            batch_id=i + 1,
+            rows_in=10 + i,
+            upserted=8 + i,
+            deleted=1,
+            quarantined=i % 2,
+            seconds=None if i in no_seconds else 1.0 + i,
+            lag_files=None if i in no_lag else count - i,
+            lag_seconds=None if i in no_lag else 60.0 * (count - i),
+        )
+        for i in range(count)
+    ]
+
+
+def _svg_points(page: str, gid: str) -> int:
+    """The markers of the line drawn with SVG id ``gid`` (up to the next artist's group)."""
+    group = page[page.index(f'<g id="{gid}">') :]
+    return group[: group.index("<g id=", 1)].count("<use ")
+
+
+def test_quarantined_records_are_escaped_once_and_readable():
+    """A quarantined row is JSON text; shown as indented JSON, HTML-escaped once, with a
+    field that holds a JSON document (a malformed event's text) shown as that document
+    instead of JSON inside JSON, every quote backslashed."""
+    name = 'Tom & "Jerry" <x>'
+    event = '{"op":"c","after":{"id":1,"name":"<b>&amp;</b>"}}'
+    row = json.dumps({"_corrupt_record": event, "id": None, "name": name, "note": "{not json"})
+    sample = {"quarantined_at": None, "batch_id": 3, "reason": "R", "sequence": None, "row": row}
+    quarantine = Quarantine("db.t__autocdc_quarantine", [("R", 1)], [sample])
+    page = render(_page(_flow("t", None, quarantine)))
+
+    shown = re.findall(r'<pre class="raw">(.*?)</pre>', page, re.S)
+    assert len(shown) == 1
+    assert html.unescape(shown[0]) == record(row)
+    assert record(row) == (
+        "{\n"
+        '  "_corrupt_record": {\n'
+        '    "op": "c",\n'
+        '    "after": {\n'
+        '      "id": 1,\n'
+        '      "name": "<b>&amp;</b>"\n'
+        "    }\n"
+        "  },\n"
+        '  "id": null,\n'
+        '  "name": "Tom & \\"Jerry\\" <x>",\n'
+        '  "note": "{not json"\n'
+        "}"
+    )
+    assert "Tom &amp; \\&quot;Jerry\\&quot; &lt;x&gt;" in shown[0]
+    assert "&lt;b&gt;&amp;amp;&lt;/b&gt;" in shown[0]  # the data's own "&amp;", escaped once
+    assert "&amp;lt;" not in page and "&amp;quot;" not in page
+    assert record("not JSON <at all>") == "not JSON <at all>"  # shown as stored
+
+
+def test_counts_plurals_and_plots_per_batch():
+    """One batch: singular, a labelled bar for its rows and its duration, and a note for
+    its unknown lag. Twelve batches: a bar each, and the lag and durations they recorded,
+    those with none left out and counted."""
+    one = _flow("one", _batches(1, no_lag={0}, no_seconds=set()), None)
+    reasons = [("AUTOCDC_NULL_KEY", 2), ("AUTOCDC_MALFORMED_RECORD", 1)]
+    many = _flow("many", _batches(12, no_lag={5, 6}, no_seconds={3}), Quarantine("q", reasons, []))
+    page = render(_page(one, many))
+    first, second = page.split('<section class="flow"')[1:]
+
+    assert "1 batch shown, at 2026-11-30 09:00:00." in first
+    assert "No batch shown recorded a lag" in first and 'data-plot="lag"' not in first
+    assert first.count('id="flow0-rows-upserted-0"') == 1
+    assert first.count('id="flow0-duration-seconds-0"') == 1
+    assert ">2026-11-30 09:00:00</text>" in first  # the lone batch's time, its only tick
+    assert re.search(r">1\.0 s</text>", first)  # its duration, written on its bar
+
+    assert "12 batches shown, the last at 2026-11-30 09:11:00." in second
+    for stack in ("upserted", "deleted", "quarantined"):
+        assert len(re.findall(rf'id="flow1-rows-{stack}-\d+"', second)) == 12
+    assert len(re.findall(r'id="flow1-duration-seconds-\d+"', second)) == 11
+    assert "; 1 batch with no recorded duration left out." in second
+    assert _svg_points(second, "flow1-lag-lag_files") == 10
+    assert _svg_points(second, "flow1-lag-lag_seconds") == 10
+    assert "; 2 batches with no recorded lag left out." in second
+    assert "age of oldest input (min)" in second  # 12 min at most: minutes, not seconds
+
+    assert "<p>3 rows set aside, for 2 reasons:</p>" in second
+    counts = re.findall(r"<tr><td><code>(\w+)</code></td><td class=\"n\">(\d+)</td>", second)
+    assert counts == [("AUTOCDC_NULL_KEY", "2"), ("AUTOCDC_MALFORMED_RECORD", "1")]
+    assert re.search(r"\b1 batches\b|\b1 rows\b|\b1 reasons\b", page) is None
+
+
 def _browser_or_skip():
     """Chromium from Debian and Playwright's Python package; CI must have both."""
     missing = [] if Path(CHROMIUM).exists() else [f"{CHROMIUM} (apt-get install chromium)"]
@@ -206,14 +314,25 @@ def test_report_in_chromium(spark, shop, tmp_path):
             "orders_cdc",
         ]
         cdc = page.locator('section[data-flow="customers_cdc"]')
-        for plot in ("lag", "rows", "timeline"):
-            assert cdc.locator(f'figure[data-plot="{plot}"] svg').count() == 1
-        assert "lag_seconds" in cdc.locator('figure[data-plot="lag"] svg').text_content()
+        for plot in ("rows", "duration", "lag", "timeline"):
+            figure = cdc.locator(f'figure[data-plot="{plot}"]')
+            assert figure.locator("svg").count() == 1 and figure.is_visible(), plot
+        lag = cdc.locator('figure[data-plot="lag"]').inner_text()
+        assert lag.endswith("; not recorded, so left out: the age of 2 batches.")
+        assert "files not yet processed" in cdc.locator('figure[data-plot="lag"] svg').inner_html()
+        assert cdc.locator('figure[data-plot="duration"] svg [id^="flow0-duration-"]').count() == 12
         assert cdc.locator(".error").inner_text().endswith("X <boom>")
         reasons = cdc.locator("table.reasons tr td").all_inner_texts()
-        assert reasons == ["AUTOCDC_NULL_KEY", "2"]
-        assert cdc.locator("table.samples tr").count() == 3  # header and the two rows
-        assert "<script>alert(1)</script>" in cdc.locator("table.samples").inner_text()
+        assert reasons == ["AUTOCDC_NULL_KEY", "2", "", "AUTOCDC_MALFORMED_RECORD", "1", ""]
+        assert cdc.locator("text=3 rows set aside, for 2 reasons:").is_visible()
+        assert cdc.locator("table.samples tr").count() == 4  # header and the three rows
+        records = cdc.locator("table.samples pre.raw")
+        assert records.nth(0).is_visible()
+        texts = records.all_inner_texts()
+        assert any('"name": "<script>alert(1)</script>",' in text for text in texts)
+        # The event's text as JSON, not a string of JSON with every quote backslashed.
+        event = '  "_corrupt_record": {\n    "op": "c",\n    "after": {\n      "id": 9,\n'
+        assert any(event + '      "name": "Tom & \\"Jerry\\" <x>"\n' in text for text in texts)
         versions = [
             row.locator("td").all_inner_texts()[1:]
             for row in cdc.locator("table.versions tr").all()[1:]
@@ -221,8 +340,12 @@ def test_report_in_chromium(spark, shop, tmp_path):
         assert versions == [["1", "3", "Ann", "Oslo"], ["3", "6", "Ann", "Rome"]]
         assert cdc.locator("svg rect.version").count() == 2
         orders = page.locator('section[data-flow="orders_cdc"]')
-        assert orders.locator("svg").count() == 2  # its plots; no target, so no timeline
-        assert "no target table" in orders.locator(".meta").inner_text()
+        # Rows only: its batch recorded no duration and no lag; no target, so no timeline.
+        assert orders.locator("svg").count() == 1
+        assert orders.locator("text=No batch of this flow recorded its duration.").is_visible()
+        assert orders.locator("text=No batch shown recorded a lag").is_visible()
+        assert orders.locator(".meta").inner_text().startswith("no target table")
+        assert "; 1 batch shown, at 2026-11-30 09:00:00." in orders.locator(".meta").inner_text()
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert problems == []

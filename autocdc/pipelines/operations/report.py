@@ -39,7 +39,7 @@ from autocdc.sources import spark_session
 MAX_BATCHES = 500
 SAMPLES = 5
 BATCH_COLUMNS = (
-    "event_time", "batch_id", "rows_in", "upserted", "deleted", "quarantined",
+    "event_time", "batch_id", "rows_in", "upserted", "deleted", "quarantined", "seconds",
     "lag_files", "lag_seconds",
 )  # fmt: skip
 

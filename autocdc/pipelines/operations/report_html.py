@@ -10,16 +10,31 @@ scripts and any network access, so the page works (and stays inert) offline.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
-from typing import Any
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
 
 from autocdc.pipelines.errors import PipelineError
 
-# Longest raw row shown in full; a wide row is cut (the table keeps the whole text).
-ROW_CHARS = 400
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
+
+# Longest quarantined record shown in full; a longer one is cut (the table keeps it whole).
+ROW_CHARS = 2000
+# Up to this many bars, each is labelled with its value; beyond, the labels would collide.
+LABELLED_BARS = 24
+ROW_COLORS = ["#4a78b5", "#e0a030", "#c0392b"]  # upserted, deleted, quarantined
+# Local times on the x axis, e.g. 09:05 under an offset of 2026-11-30, or 30 Nov at midnight.
+TIME_FORMATS = {
+    "formats": ["%Y", "%b %Y", "%d %b", "%H:%M", "%H:%M", "%H:%M:%S"],
+    "zero_formats": ["", "%Y", "%b %Y", "%d %b", "%H:%M", "%H:%M:%S"],
+    "offset_formats": ["", "%Y", "%b %Y", "%Y-%m-%d", "%Y-%m-%d", "%Y-%m-%d %H:%M"],
+}
 
 
 class ReportDependencyError(PipelineError):
@@ -40,6 +55,7 @@ class Batch:
     upserted: int | None
     deleted: int | None
     quarantined: int | None
+    seconds: float | None  # how long the batch took
     lag_files: int | None
     lag_seconds: float | None
 
@@ -91,7 +107,9 @@ code { background: #f3f3f6; padding: 0 .25em; border-radius: 3px; }
 table { border-collapse: collapse; margin: .3em 0 1em; }
 th, td { border: 1px solid #ccd; padding: .2em .6em; text-align: left; vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
-td.raw { font-family: monospace; font-size: 12px; word-break: break-all; max-width: 40em; }
+pre.raw { font-size: 12px; margin: 0; white-space: pre-wrap; word-break: break-all;
+  max-width: 40em; max-height: 24em; overflow: auto; }
+td.share { width: 12em; } td.share span { display: block; height: .9em; background: #c0392b; }
 figure { margin: 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { color: #555; font-size: .9em; }
 .note { color: #555; font-style: italic; }
@@ -99,8 +117,12 @@ figcaption { color: #555; font-size: .9em; }
 .meta { color: #444; }
 """
 LAG_CAPTION = (
-    "Source files not yet processed and the age of the oldest unprocessed input, after "
-    "each batch (a gap: not recorded)."
+    "Source files not yet processed and the age of the oldest unprocessed input after each "
+    "batch, the latest value written at the end of each line"
+)
+ROWS_CAPTION = (
+    "Rows each batch upserted, deleted and quarantined (the number above a bar: rows "
+    "applied, upserted plus deleted); the black tick: rows read."
 )
 # No script, no fetch of anything: inline SVG and the inline style only.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -146,8 +168,9 @@ def _flow(index: int, flow: FlowStatus, page: Page) -> str:
     ]
     meta = [kind if flow.target_exists else "no target table (never run, or fully refreshed)"]
     if flow.batches:
-        last = _time(flow.batches[-1].event_time)
-        meta.append(f"{len(flow.batches)} batches shown, the last at {last}")
+        shown, last = _count(len(flow.batches), "batch"), _time(flow.batches[-1].event_time)
+        meta.append(f"{shown} shown, the last at {last}" if len(flow.batches) > 1 else
+                    f"{shown} shown, at {last}")  # fmt: skip
     parts.append(f'<p class="meta">{escape("; ".join(meta))}.</p>')
     if flow.last_error is not None:
         when, error_class, message = flow.last_error
@@ -155,7 +178,7 @@ def _flow(index: int, flow: FlowStatus, page: Page) -> str:
             f'<p class="error">Last error, {escape(_time(when))}: '
             f"<code>{escape(error_class)}</code> {escape(message)}</p>"
         )
-    parts += _batch_plots(flow.batches, page.event_log)
+    parts += _batch_plots(index, flow.batches, page.event_log)
     parts += _quarantine(flow.quarantine)
     if flow.scd2:
         parts += _timeline(flow.timeline)
@@ -163,37 +186,55 @@ def _flow(index: int, flow: FlowStatus, page: Page) -> str:
     return "\n".join(parts)
 
 
-def _batch_plots(batches: list[Batch] | None, event_log: str) -> list[str]:
+def _batch_plots(index: int, batches: list[Batch] | None, event_log: str) -> list[str]:
     if batches is None:
-        note = f"No event log at {event_log}, so no lag or batch history for this flow."
-        return ["<h3>Lag and rows per batch</h3>", f'<p class="note">{escape(note)}</p>']
+        note = f"No event log at {event_log}, so no batch history or lag for this flow."
+        return ["<h3>Batches</h3>", f'<p class="note">{escape(note)}</p>']
     if not batches:
         note = "The event log holds no batch of this flow yet."
-        return ["<h3>Lag and rows per batch</h3>", f'<p class="note">{escape(note)}</p>']
-    times = [b.event_time for b in batches]
-    lag = _plot(
-        times,
-        {"lag_files": [b.lag_files for b in batches]},
-        {"lag_seconds": [b.lag_seconds for b in batches]},
-        ("files not yet processed", "age of oldest input (s)"),
-    )
-    rows = _plot(
-        times,
-        {
-            "rows_in": [b.rows_in for b in batches],
-            "upserted": [b.upserted for b in batches],
-            "deleted": [b.deleted for b in batches],
-            "quarantined": [b.quarantined for b in batches],
-        },
-        {},
-        ("rows", ""),
-    )
-    return [
-        "<h3>Lag</h3>",
-        _figure("lag", lag, LAG_CAPTION),
-        "<h3>Rows per batch</h3>",
-        _figure("rows", rows, "Rows read, upserted, deleted and quarantined by each batch."),
+        return ["<h3>Batches</h3>", f'<p class="note">{escape(note)}</p>']
+    timed = [b for b in batches if b.seconds is not None]
+    parts = [
+        "<h3>Rows applied per batch</h3>",
+        _figure("rows", _rows_plot(f"flow{index}-rows", batches), ROWS_CAPTION),
+        "<h3>Batch duration</h3>",
     ]
+    if timed:
+        caption = "Wall time of each batch" + _left_out(len(batches) - len(timed), "duration")
+        plot = _duration_plot(f"flow{index}-duration", timed, batches)
+        parts.append(_figure("duration", plot, caption))
+    else:
+        parts.append('<p class="note">No batch of this flow recorded its duration.</p>')
+    return [*parts, "<h3>Lag</h3>", _lag(index, batches)]
+
+
+def _lag(index: int, batches: list[Batch]) -> str:
+    known = [b for b in batches if b.lag_files is not None or b.lag_seconds is not None]
+    if not known:
+        note = (
+            "No batch shown recorded a lag: only file and Delta table sources can tell what "
+            "is still unprocessed."
+        )
+        return f'<p class="note">{escape(note)}</p>'
+    plot = _lag_plot(f"flow{index}-lag", known, batches)
+    return _figure("lag", plot, LAG_CAPTION + _lag_gaps(batches))
+
+
+def _lag_gaps(batches: list[Batch]) -> str:
+    """What the lag plot leaves out, which may differ between its two lines."""
+    files = sum(b.lag_files is None for b in batches)
+    ages = sum(b.lag_seconds is None for b in batches)
+    if files == ages:
+        return _left_out(files, "lag")
+    gaps = [f"the file count of {_count(files, 'batch')}"] if files else []
+    gaps += [f"the age of {_count(ages, 'batch')}"] if ages else []
+    return f"; not recorded, so left out: {' and '.join(gaps)}."
+
+
+def _left_out(missing: int, what: str) -> str:
+    if not missing:
+        return "."
+    return f"; {_count(missing, 'batch')} with no recorded {what} left out."
 
 
 def _figure(kind: str, svg: str, caption: str) -> str:
@@ -211,46 +252,180 @@ def require_matplotlib() -> None:
         raise ReportDependencyError() from None
 
 
-def _plot(
-    times: Sequence[datetime],
-    left: dict[str, Sequence[float | None]],
-    right: dict[str, Sequence[float | None]],
-    labels: tuple[str, str],
-) -> str:
-    """A line plot over time as inline SVG; None values leave gaps."""
+def _rows_plot(gid: str, batches: list[Batch]) -> str:
+    """Stacked bars of what each batch did with its rows, the rows read as a tick above."""
+    times = [b.event_time for b in batches]
+    stacks = {
+        "upserted": [b.upserted or 0 for b in batches],
+        "deleted": [b.deleted or 0 for b in batches],
+        "quarantined": [b.quarantined or 0 for b in batches],
+    }
+    applied = [f"{u + d:,}" for u, d in zip(stacks["upserted"], stacks["deleted"], strict=True)]
+
+    def plot(axes: Axes) -> None:
+        from matplotlib.ticker import MaxNLocator
+
+        tops = _bars(axes, gid, times, stacks, ROW_COLORS, times)
+        read = [b.rows_in for b in batches]
+        axes.plot(times, [_nan(v) for v in read], ls="none", marker="_", ms=12, mew=1.5,
+                  color="#222", label="read")  # fmt: skip
+        _label(axes, times, [max(t, r or 0) for t, r in zip(tops, read, strict=True)], applied)
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_ylabel("rows")
+        handles, labels = axes.get_legend_handles_labels()
+        _legend(axes, handles[1:] + handles[:1], labels[1:] + labels[:1])  # "read" last
+
+    return _draw(plot, times)
+
+
+def _duration_plot(gid: str, batches: list[Batch], shown: list[Batch]) -> str:
+    """One bar per batch with a known duration, in a unit that suits the longest; on the
+    time axis of all the batches ``shown``, like the other plots."""
+    times, span = [b.event_time for b in batches], [b.event_time for b in shown]
+    seconds = [b.seconds or 0.0 for b in batches]
+    scale, unit = _unit(max(seconds))
+
+    def plot(axes: Axes) -> None:
+        scaled = {"seconds": [s / scale for s in seconds]}
+        tops = _bars(axes, gid, times, scaled, ["#3d8f8f"], span)
+        _label(axes, times, tops, [_duration(s) for s in seconds])
+        axes.set_ylabel(f"duration ({unit})")
+
+    return _draw(plot, span)
+
+
+def _lag_plot(gid: str, batches: list[Batch], shown: list[Batch]) -> str:
+    """Files left and the oldest input's age after each batch; a batch without a value is
+    left out of that line (a gap would hide a lone point)."""
+    files = [(b.event_time, b.lag_files) for b in batches if b.lag_files is not None]
+    ages = [(b.event_time, b.lag_seconds) for b in batches if b.lag_seconds is not None]
+    scale, unit = _unit(max((a for _, a in ages), default=0.0))
+
+    def plot(axes: Axes) -> None:
+        from matplotlib.ticker import MaxNLocator
+
+        lines = _line(axes, f"{gid}-lag_files", files, 1, "C0", "files not yet processed")
+        axes.set_ylabel("files not yet processed")
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+        twin = axes.twinx()
+        label = f"age of oldest input ({unit})"
+        lines += _line(twin, f"{gid}-lag_seconds", ages, scale, "C3", label)
+        twin.set_ylabel(label)
+        twin.set_ylim(bottom=0)
+        _legend(axes, lines, [line.get_label() for line in lines])
+
+    return _draw(plot, [b.event_time for b in shown])
+
+
+def _legend(axes: Axes, handles: list[Any], labels: list[str]) -> None:
+    """In a row above the plot, so every plot's axes span the same width."""
+    axes.legend(handles, labels, loc="lower left", bbox_to_anchor=(0, 1), ncol=len(labels),
+                fontsize=8, frameon=False, borderaxespad=0.2)  # fmt: skip
+
+
+def _line(
+    axes: Axes, gid: str, points: list[tuple[datetime, float]], scale: float, color: str,
+    label: str,
+) -> list[Line2D]:  # fmt: skip
+    """A line with a marker per point, its last value written beside it."""
+    if not points:
+        return []
+    xs, ys = [t for t, _ in points], [v / scale for _, v in points]
+    (line,) = axes.plot(xs, ys, marker="o", ms=3.5, color=color, label=label, gid=gid)
+    last = f"{ys[-1]:,.0f}" if scale == 1 else f"{ys[-1]:,.1f}"
+    axes.annotate(last, (xs[-1], ys[-1]), xytext=(4, 4), textcoords="offset points",
+                  fontsize=8, color=color)  # fmt: skip
+    axes.set_ylim(bottom=0, top=max(max(ys) * 1.15, 1))
+    return [line]
+
+
+def _bars(
+    axes: Axes, gid: str, times: list[datetime], stacks: dict[str, list[float]],
+    colors: list[str], span: list[datetime],
+) -> list[float]:  # fmt: skip
+    """Stacked bars over time, each with its own SVG id, as wide as the batches ``span``
+    allow; returns the stacks' tops."""
+    width = _bar_width(span)
+    tops = [0.0] * len(times)
+    for (name, values), color in zip(stacks.items(), colors, strict=False):
+        bars = axes.bar(times, values, width, bottom=tops, color=color, label=name)
+        for i, bar in enumerate(bars):
+            bar.set_gid(f"{gid}-{name}-{i}")
+        tops = [top + value for top, value in zip(tops, values, strict=True)]
+    return tops
+
+
+def _bar_width(times: list[datetime]) -> float:
+    """Most of the shortest gap between batches, so no two bars overlap, in days
+    (matplotlib's date unit)."""
+    gaps = [(b - a).total_seconds() for a, b in pairwise(times) if b > a]
+    return 0.7 * min(gaps, default=120.0) / 86400
+
+
+def _label(axes: Axes, times: list[datetime], tops: list[float], texts: list[str]) -> None:
+    """Values above the bars, while there is room for them, and room above the tops."""
+    axes.set_ylim(bottom=0, top=max(max(tops) * 1.18, 1))
+    if len(times) > LABELLED_BARS:
+        return
+    for x, y, text in zip(times, tops, texts, strict=True):
+        axes.annotate(text, (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
+                      va="bottom", fontsize=8)  # fmt: skip
+
+
+def _time_axis(axes: Axes, times: list[datetime]) -> None:
+    """Local times on x, the same for every plot of a flow, with room for a bar and a
+    value beside the last point; a lone batch gets its full time as the only tick."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, DateFormatter, date2num
+    from matplotlib.ticker import FixedLocator
+
+    first, last = min(times), max(times)
+    bar = timedelta(days=_bar_width(times))
+    pad = max(bar, (last - first) * 0.08) if last > first else 5 * bar
+    axes.set_xlim(first - pad, last + pad)
+    if first == last:
+        axes.xaxis.set_major_locator(FixedLocator([date2num(first)]))
+        axes.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d %H:%M:%S"))
+        return
+    locator = AutoDateLocator(minticks=4, maxticks=9)
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator, **TIME_FORMATS))
+
+
+def _draw(plot: Callable[[Axes], None], times: list[datetime]) -> str:
+    """A figure drawn by ``plot`` over ``times`` as inline SVG (text kept as text, so it
+    can be found)."""
     import matplotlib
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
-    nan = float("nan")
     with matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9}):
-        figure = Figure(figsize=(8, 2.8), layout="constrained")
+        figure = Figure(figsize=(8.4, 2.5), layout="constrained")
         axes = figure.add_subplot()
-        lines = []
-        for name, values in left.items():
-            ys = [nan if v is None else v for v in values]
-            lines += axes.plot(times, ys, marker="o", markersize=3, label=name)
-        axes.set_ylabel(labels[0])
-        if right:
-            twin = axes.twinx()
-            for name, values in right.items():
-                ys = [nan if v is None else v for v in values]
-                lines += twin.plot(times, ys, marker="s", markersize=3, color="C3", label=name)
-            twin.set_ylabel(labels[1])
-        axes.legend(lines, [line.get_label() for line in lines], loc="best", fontsize=8)
-        if all(v is None for values in (*left.values(), *right.values()) for v in values):
-            axes.text(0.5, 0.5, "not recorded", transform=axes.transAxes, ha="center")
-        span = max(times) - min(times)
-        pad = span * 0.03 if span else timedelta(minutes=2)
-        axes.set_xlim(min(times) - pad, max(times) + pad)  # one batch, or no values at all
-        locator = AutoDateLocator()
-        axes.xaxis.set_major_locator(locator)
-        axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
         axes.grid(alpha=0.3)
+        axes.set_axisbelow(True)
+        plot(axes)
+        _time_axis(axes, times)
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and doctype
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    """A divisor and its name, so the largest of some durations reads well."""
+    if seconds >= 7200:
+        return 3600.0, "h"
+    if seconds >= 120:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def _duration(seconds: float) -> str:
+    scale, unit = _unit(seconds)
+    return f"{seconds / scale:.1f} {unit}" if seconds < 100 or scale > 1 else f"{seconds:.0f} s"
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def _quarantine(quarantine: Quarantine | None) -> list[str]:
@@ -259,21 +434,27 @@ def _quarantine(quarantine: Quarantine | None) -> list[str]:
         return [*parts, '<p class="note">No quarantine table: no row was ever set aside.</p>']
     if not quarantine.reasons:
         return [*parts, '<p class="note">No row of this flow is quarantined.</p>']
-    parts.append('<table class="reasons"><tr><th>reason</th><th>rows</th></tr>')
+    total = sum(count for _, count in quarantine.reasons)
+    reasons = _count(len(quarantine.reasons), "reason")
+    parts.append(f"<p>{escape(_count(total, 'row'))} set aside, for {escape(reasons)}:</p>")
+    parts.append('<table class="reasons"><tr><th>reason</th><th>rows</th><th></th></tr>')
     for reason, count in quarantine.reasons:
-        cells = f'<td><code>{escape(_text(reason))}</code></td><td class="n">{count:,}</td>'
-        parts.append(f"<tr>{cells}</tr>")
+        share = 100 * count / max(count for _, count in quarantine.reasons)
+        parts.append(
+            f'<tr><td><code>{escape(_text(reason))}</code></td><td class="n">{count:,}</td>'
+            f'<td class="share"><span style="width: {share:.0f}%"></span></td></tr>'
+        )
     parts.append("</table>")
+    shown = _count(len(quarantine.samples), "row")
     parts.append(
-        f"<p>Newest rows set aside (all of them in <code>{escape(quarantine.table)}</code>):</p>"
+        f"<p>Newest first ({escape(shown)} shown; <code>{escape(quarantine.table)}</code> holds "
+        "them all). A field holding JSON text is shown as that JSON:</p>"
     )
     parts.append(
         '<table class="samples"><tr><th>quarantined at</th><th>batch</th><th>reason</th>'
-        "<th>sequence</th><th>row</th></tr>"
+        "<th>sequence</th><th>record</th></tr>"
     )
     for sample in quarantine.samples:
-        raw = str(sample["row"])
-        raw = raw if len(raw) <= ROW_CHARS else raw[:ROW_CHARS] + " ..."
         cells = [
             _time(sample["quarantined_at"]),
             _text(sample["batch_id"]),
@@ -282,10 +463,43 @@ def _quarantine(quarantine: Quarantine | None) -> list[str]:
         ]
         parts.append(
             "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells)
-            + f'<td class="raw">{escape(raw)}</td></tr>'
+            + f'<td><pre class="raw">{escape(record(sample["row"]))}</pre></td></tr>'
         )  # fmt: skip
     parts.append("</table>")
     return parts
+
+
+def record(row: object) -> str:
+    """A quarantined row (JSON text, as the engine stores it) as indented JSON. A string
+    field that holds a JSON document, like the text of a malformed event, is shown as that
+    document: left a string, it would be JSON inside JSON, every quote escaped again."""
+    text = _text(row)
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        return _cut(text)  # not written by the engine: shown as it is
+    if isinstance(fields, dict):
+        fields = {name: _document(value) for name, value in fields.items()}
+    return _cut(json.dumps(fields, indent=2, ensure_ascii=False))
+
+
+def _document(value: object) -> object:
+    if isinstance(value, str) and value.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass  # malformed text: it stays a string
+    return value
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ROW_CHARS else text[:ROW_CHARS] + "\n..."
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 batch``, ``2 batches``, ``0 rows``."""
+    plural = noun + ("es" if noun.endswith(("s", "ch", "sh", "x")) else "s")
+    return f"{n:,} {noun if n == 1 else plural}"
 
 
 def _timeline(timeline: Timeline | None) -> list[str]:
