@@ -72,10 +72,11 @@ def create_auto_cdc_flow(
     from autocdc.pipelines.declare.registry import CdcFlow, where
 
     location = get_caller_source_code_location(stacklevel=1)
+    name = name or target  # the flow's name, kept when the run qualifies the target
     spec = AutoCdcFlow(target=target, name=name, **options)  # raises on a bad declaration
     get_active_graph_element_registry().register_auto_cdc_flow(
         CdcFlow(
-            name=name or target,
+            name=name,
             target=target,
             source=source,
             where=where(location),
@@ -205,10 +206,11 @@ def create_auto_cdc_from_snapshot_flow(
     }
     options = {k: v for k, v in options.items() if v is not None}
     options["max_delete_fraction"] = max_delete_fraction  # None here turns the guard off
+    name = name or target  # the flow's name, kept when the run qualifies the target
     spec = AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises if bad
     get_active_graph_element_registry().register_auto_cdc_flow(
         SnapshotFlow(
-            name=name or target,
+            name=name,
             target=target,
             source=source,
             where=where(location),

@@ -510,6 +510,8 @@ def test_a_flow_is_built_and_checked_once_where_it_is_declared(spark):
     flows.register_sql(f"{cdc};", Path("cdc.sql"))
     spec = flows.flows["f"].spec
     assert (spec.target, spec.name, spec.keys, spec.sequence_by) == ("t", "f", ["id"], "seq")
+    run = graph.engine_flow(flows.flows["f"], "db.t")  # the flow a run applies: its name kept
+    assert (run.target, run.flow_name, run.keys) == ("db.t", "f", ["id"])
 
 
 def _cdc_flow(name: str, options: dict) -> registry.CdcFlow:
