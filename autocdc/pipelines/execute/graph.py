@@ -141,7 +141,7 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
         out, seq_type = df, LongType()
         scd_type = flow.spec.stored_as_scd_type
     else:
-        engine = flow.spec
+        engine = engine_flow(flow, flow.target)  # an extraction flow's sequence: the read's
         listing = engine.columns_to_update_column
         excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
         keep = engine.column_list or [c for c in df.columns if c not in excepted]
