@@ -6,14 +6,13 @@ tree) against this tree's autocdc; its own asserts check the tables it builds.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from processes import ROOT
+from processes import ROOT, child_env
 from sparkconf import JVM_OPTIONS
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -56,9 +55,8 @@ def test_runs_end_to_end(path: Path, tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SMALL.items()))
-    env = dict(os.environ)
     # The kernel imports this tree's autocdc (not another worktree's editable install).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = child_env()
     env["AUTOCDC_CONF_DIR"] = str(conf)
 
     notebook = nbformat.read(folder / path.name, as_version=4)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyspark
 import pytest
-from processes import ROOT, error_tail
+from processes import ROOT, child_env, error_tail
 from pyspark.sql import DataFrame, SparkSession
 from sparkconf import JVM_OPTIONS
 
@@ -55,8 +55,7 @@ CHECK = _load_check()
 
 def environment() -> dict[str, str]:
     """Driver, daemons and executors run this tree's autocdc with the venv's Python."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = child_env()
     env["PYSPARK_PYTHON"] = sys.executable
     env["SPARK_HOME"] = str(SPARK_HOME)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -7,14 +7,13 @@ that read older state loses the race and starts over against the new state.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from changes import rows
-from processes import ROOT, WORKER, error_tail
+from processes import WORKER, child_env, error_tail
 from pyspark.sql import DataFrameWriter
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
@@ -137,8 +136,7 @@ def test_two_processes_applying_and_compacting_at_once(spark, tmp_path):
     first = [[Change(k, s, UPSERT, (f"p1-{s}", s))] for k, s in [(1, 1), (2, 3), (1, 5)]]
     second = [[Change(k, s, UPSERT, (f"p2-{s}", s))] for k, s in [(1, 2), (2, 4), (3, 6)]]
     second[1].append(Change(1, 4, DELETE))
-    env = {**os.environ, "AUTOCDC_TEST_COLLECT": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = {**child_env(), "AUTOCDC_TEST_COLLECT": "1"}
     procs = [
         subprocess.Popen(
             [

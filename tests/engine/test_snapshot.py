@@ -52,7 +52,7 @@ SERIES = st.tuples(
 ).map(lambda pair: list(zip(*pair, strict=True)))
 
 
-@pytest.mark.parametrize("mode", ["scd1", "scd2", "scd2_b_untracked"])
+@pytest.mark.parametrize("mode", ["scd1", "scd2"])
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(series=SERIES, stop=st.integers(1, 2))
 def test_snapshots_fold_as_their_changes(spark, mode, series, stop):
@@ -62,8 +62,6 @@ def test_snapshots_fold_as_their_changes(spark, mode, series, stop):
     target = f"snap_{mode}_{next(_targets)}"
     # Random snapshots delete any share of the target: the guard is tested on its own.
     options = {"stored_as_scd_type": 1 if mode == "scd1" else 2, "max_delete_fraction": None}
-    if mode == "scd2_b_untracked":
-        options["track_history_except_column_list"] = ["b"]
     flow = autocdc.AutoCdcSnapshotFlow(target=target, keys=["id"], **options)
     first = flow.run(spark, source(spark, series[:stop]))
     later = autocdc.AutoCdcSnapshotFlow(target=target, keys=["id"], **options)
@@ -75,8 +73,7 @@ def test_snapshots_fold_as_their_changes(spark, mode, series, stop):
     if mode == "scd1":
         assert scd1_rows(spark, target) == fold_scd1(changes) == series[-1][1]
     else:
-        tracked = [0] if mode == "scd2_b_untracked" else None
-        assert scd2_rows(spark, target) == fold_scd2(changes, tracked)
+        assert scd2_rows(spark, target) == fold_scd2(changes)
 
 
 def test_refused_snapshots_write_nothing(spark, new_table):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from changes import EVERYTHING
-from processes import ROOT, finish, start
+from processes import child_env, finish, start
 from projects import PYSPARK_SCD1, SQL_SCD2, drop, write_project
 from reference import fold_scd1, fold_scd2
 from sparkconf import SMALL_SPARK
@@ -56,10 +56,7 @@ def test_ctrl_c_while_a_run_starts_prints_one_line_and_releases_the_lock(tmp_pat
     config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse")}
     spec = write_project(tmp_path, "stopped", {"feed.py": PYSPARK_SCD1}, config)
     drop(tmp_path, "1", EVERYTHING)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
-    }
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "autocdc", "run", "--continuous", "--spec", str(spec)],
         env=env,

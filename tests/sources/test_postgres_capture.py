@@ -23,7 +23,7 @@ import pytest
 import yaml
 from chispa import assert_df_equality
 from pgserver import Server
-from processes import ROOT
+from processes import ROOT, child_env
 from sparkconf import SUBPROCESS_CONF
 
 from autocdc.sources.postgres import RESTARTED
@@ -112,8 +112,7 @@ def _offsets(spec: Path) -> Path:
 def _run(spec: Path, dsn: str, kill_at: tuple[int, float] | None = None) -> int:
     """One `autocdc run`; ``kill_at=(n, seconds)``: SIGKILL that long after the slot's
     query planned its batch ``n`` (its offset is written before the batch runs)."""
-    env = {**os.environ, "AUTOCDC_POSTGRES_DSN": dsn}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = {**child_env(), "AUTOCDC_POSTGRES_DSN": dsn}
     log = spec.parent / "run.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
