@@ -38,15 +38,14 @@ def kafka_values(spark, name: str):
     return spark.createDataFrame(values, "value binary")
 
 
-def cdc_flow(target: str, scd_type: int = 1) -> autocdc.AutoCdcFlow:
+def cdc_flow(target: str) -> autocdc.AutoCdcFlow:
     return autocdc.AutoCdcFlow(
         target=target,
         keys=["id"],
         sequence_by=autocdc.hex_sequence("_CHANGE_SEQUENCE_NUMBER"),
         apply_as_deletes="_CHANGE_TYPE = 'DELETE'",
-        apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'" if scd_type == 1 else None,
+        apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
         except_column_list=["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
-        stored_as_scd_type=scd_type,
     )
 
 
