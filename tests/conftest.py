@@ -47,7 +47,7 @@ def new_table():
 
 
 # A test that takes one of these fixtures starts a server: it is end to end.
-SERVER_FIXTURES = {"pg"}
+SERVER_FIXTURES = {"pg", "mariadb"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

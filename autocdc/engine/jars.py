@@ -1,6 +1,7 @@
 """The jars every session carries, resolved once into the virtualenv so that sessions start
-from files: Delta Lake's, and Spark's Kafka connector (``format("kafka")``, which pyspark's
-wheel lacks: Debezium's changes mostly arrive through Kafka).
+from files: Delta Lake's, Spark's Kafka connector (``format("kafka")``, which pyspark's
+wheel lacks: Debezium's changes mostly arrive through Kafka), and the JDBC drivers
+extraction sources read with (:data:`JDBC_DRIVERS`).
 
 Without them every session start resolves ``io.delta:delta-spark_...`` with ivy (through
 delta-spark's ``configure_spark_with_delta_pip``): ~150 lines of output and seconds of
@@ -28,6 +29,11 @@ from autocdc.engine.errors import AutoCdcError, JarsUnresolvedError
 
 MARKER = "autocdc-jars.json"
 KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+JDBC_DRIVERS = (  # autocdc.sources.jdbcextract.DRIVERS names their classes
+    "org.postgresql:postgresql:42.7.14",
+    "org.mariadb.jdbc:mariadb-java-client:3.5.11",
+    "org.xerial:sqlite-jdbc:3.54.1.0",
+)
 
 
 def coordinate() -> str:
@@ -43,8 +49,8 @@ def kafka_coordinate() -> str:
 
 
 def coordinates() -> list[str]:
-    """Every coordinate a session carries: Delta's, then Spark's Kafka connector."""
-    return [coordinate(), kafka_coordinate()]
+    """Every coordinate a session carries: Delta's, Spark's Kafka connector, the drivers."""
+    return [coordinate(), kafka_coordinate(), *JDBC_DRIVERS]
 
 
 def jar_dir() -> Path:

@@ -140,8 +140,8 @@ def _add_jars(settings: dict[str, str]) -> None:
     local = jars.installed()
     if local is None:
         log.warning(
-            "autocdc: the session's jars (Delta's, Kafka's) are not installed in this "
-            "environment, so ivy resolves them at every start; run "
+            "autocdc: the session's jars (Delta's, Kafka's, JDBC drivers) are not installed in "
+            "this environment, so ivy resolves them at every start; run "
             "`python -m autocdc.engine.jars` once to skip that."
         )
         named = {p.rpartition(":")[0] for p in packages}

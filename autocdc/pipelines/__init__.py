@@ -88,9 +88,14 @@ def create_auto_cdc_flow(
     )
 
 
-def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any) -> None:
-    """Declare ``name``, a source that queries ``table`` of a PostgreSQL database (``dsn``,
-    a libpq connection string) each run; an AUTO CDC flow reads it as ``source=name``.
+def create_extraction_source(
+    *, name: str, table: str, dsn: str | None = None, url: str | None = None, **options: Any
+) -> None:
+    """Declare ``name``, a source that queries ``table`` each run; an AUTO CDC flow reads it
+    as ``source=name``. ``url``: any database, a JDBC URL (``jdbc:mariadb://host/shop``) read
+    by Spark's executors, with ``user``, ``password_env`` or ``password_file``,
+    ``properties`` (the driver's own) and ``partition_column`` with ``num_partitions``; or
+    ``dsn``: PostgreSQL, a libpq connection string, read in the driver.
 
     ``options``: ``strategy`` (``"WATERMARK"``, the default, ``"CUSTOM"`` or
     ``"STATELESS"``), ``cdc_order`` (WATERMARK: column names, each optionally followed
@@ -113,7 +118,7 @@ def create_extraction_source(*, name: str, dsn: str, table: str, **options: Any)
     from autocdc.pipelines.errors import PipelineDefinitionError
 
     location = get_caller_source_code_location(stacklevel=1)
-    source = Extraction(name=name, dsn=dsn, table=table, **options)
+    source = Extraction(name=name, dsn=dsn, url=url, table=table, **options)
     registry = get_active_graph_element_registry()
     if not isinstance(registry, Registry):
         raise PipelineDefinitionError(

@@ -1,6 +1,7 @@
 """Incremental extraction from a database table, without a change log: what a run reads.
 
-An extraction source queries one table (PostgreSQL) with one of three strategies:
+An extraction source queries one table (PostgreSQL through libpq, or any database through
+JDBC) with one of three strategies:
 
 - ``WATERMARK``: autocdc keeps the checkpoint. ``cdc_order`` names columns, each ascending
   (the default) or descending; a row counts as changed when it has advanced past the
@@ -15,8 +16,9 @@ Every strategy is a cursor: WATERMARK's is :class:`Watermark`, STATELESS's
 :class:`Stateless`. This module is pure (no Spark, no database): the declaration, the
 run's batches planned from the stored checkpoint (:func:`plan`), the next checkpoint
 folded from what they read (:func:`advance`), and the options (:func:`resolve_options`).
-Reading is :mod:`autocdc.sources.pgextract`; the run around it (lease, retries, staging,
-apply, then the checkpoint) is :mod:`autocdc.pipelines.execute.extraction`.
+Reading is :mod:`autocdc.sources.pgextract` (``dsn``, in the driver) or
+:mod:`autocdc.sources.jdbcextract` (``url``, on the executors); the run around it (lease,
+retries, staging, apply, then the checkpoint) is :mod:`autocdc.pipelines.execute.extraction`.
 """
 
 from __future__ import annotations
@@ -340,8 +342,38 @@ class Extraction(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     name: str = Field(min_length=1)
-    dsn: str = Field(min_length=1, repr=False, description="libpq connection string.")
-    table: str = Field(min_length=1, description="`schema.table`, or `table` in public.")
+    dsn: str | None = Field(
+        default=None, min_length=1, repr=False, description="PostgreSQL: a libpq string."
+    )
+    url: str | None = Field(
+        default=None,
+        min_length=1,
+        repr=False,
+        description="Any database: a JDBC URL (`jdbc:mariadb://host/db`), read by Spark.",
+    )
+    table: str = Field(
+        min_length=1,
+        description="`schema.table`, or `table` (in public for a `dsn`, the URL's database "
+        "for a `url`).",
+    )
+    user: str | None = Field(default=None, description="`url`: the database user.")
+    password_env: str | None = Field(
+        default=None, description="`url`: the environment variable holding the password."
+    )
+    password_file: str | None = Field(
+        default=None, description="`url`: a file holding the password (its first line)."
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="`url`: more JDBC connection properties (the driver's own options).",
+    )
+    partition_column: str | None = Field(
+        default=None,
+        description="`url`: a numeric column each batch is split on, into `num_partitions` "
+        "ranges between its least and greatest value in the batch, read in parallel.",
+    )
+    num_partitions: int = Field(default=1, description="`url`: reads per batch.")
     strategy: Strategy = Strategy.WATERMARK
     cdc_order: tuple[Order, ...] = ()
     cursor: Any = Field(default=None, description="CUSTOM: an object (or class) with hooks.")
@@ -400,6 +432,40 @@ class Extraction(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Extraction:
+        if (self.dsn is None) == (self.url is None):
+            raise option_error(
+                source=self.name,
+                option="dsn" if self.dsn is not None else "url",
+                problem="is given with `url`" if self.dsn is not None else "is missing",
+                fix="Give one connection: `dsn` (a libpq string: PostgreSQL read in the "
+                "driver) or `url` (a JDBC URL: any database, read by Spark's executors).",
+            )
+        if self.url is not None and not self.url.startswith("jdbc:"):
+            raise option_error(
+                source=self.name,
+                option="url",
+                problem="does not start with `jdbc:`",
+                fix="Give a JDBC URL, e.g. jdbc:mariadb://host:3306/shop, "
+                "jdbc:postgresql://host/shop or jdbc:sqlite:/path/shop.db.",
+            )
+        jdbc_only = ("user", "password_env", "password_file", "partition_column")
+        for option in jdbc_only if self.url is None else ():
+            if getattr(self, option) is not None:
+                raise option_error(
+                    source=self.name,
+                    option=option,
+                    problem="is set for a `dsn` source",
+                    fix="It configures a JDBC read: give `url` instead of `dsn`, or put the "
+                    "setting in the libpq string.",
+                )
+        if self.num_partitions < 1 or (self.num_partitions > 1) != bool(self.partition_column):
+            raise option_error(
+                source=self.name,
+                option="num_partitions",
+                problem=f"is {self.num_partitions} with partition_column {self.partition_column!r}",
+                fix="Give both, num_partitions of at least 2 with a numeric partition_column, "
+                "or neither.",
+            )
         if self.strategy is Strategy.WATERMARK and not self.cdc_order:
             raise NoCdcOrderError(source=self.name)
         if self.strategy is not Strategy.WATERMARK and self.cdc_order:
@@ -455,7 +521,8 @@ class Extraction(BaseModel):
 
     def definition(self) -> dict[str, Any]:
         """What a stored checkpoint depends on: another value makes it meaningless."""
-        found: dict[str, Any] = {"strategy": self.strategy.value, "table": qualified(self.table)}
+        table = qualified(self.table) if self.dsn is not None else self.table
+        found: dict[str, Any] = {"strategy": self.strategy.value, "table": table}
         if self.cdc_order:
             found["cdc_order"] = [str(o) for o in self.cdc_order]
         if self.cursor is not None:

@@ -86,11 +86,12 @@ def test_a_users_jars_and_packages_are_added_to_deltas_never_instead(monkeypatch
         assert settings["spark.jars.packages"] == f"{MINE}, "  # ivy resolves the user's
     else:
         assert settings["spark.jars"] == "/opt/mine.jar"
-        assert settings["spark.jars.packages"] == f"{MINE},{jars.coordinate()},{KAFKA}"
+        drivers = ",".join(jars.JDBC_DRIVERS)
+        assert settings["spark.jars.packages"] == f"{MINE},{jars.coordinate()},{KAFKA},{drivers}"
         # The user's own Kafka connector (Spark's guide says to add it) is not added twice.
         guide = {"spark.jars.packages": KAFKA}
         session._add_jars(guide)
-        assert guide["spark.jars.packages"] == f"{KAFKA},{jars.coordinate()}"
+        assert guide["spark.jars.packages"] == f"{KAFKA},{jars.coordinate()},{drivers}"
     # Packages naming a Delta build choose Delta's version themselves.
     own = {"spark.jars.packages": f"{KAFKA},io.delta:delta-spark_4.2_2.13:4.4.1"}
     session._add_jars(own)

@@ -14,10 +14,11 @@ import json
 import threading
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 
+import extracting
 import psycopg
 import pytest
+from extracting import collect
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pgserver import Server
@@ -29,7 +30,7 @@ from autocdc.pipelines import cli
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.errors import FlowAnalysisError, PipelineDefinitionError
 from autocdc.pipelines.execute.checkpoint import FILE, CheckpointFile
-from autocdc.pipelines.execute.extraction import LEASES, STAGING, Extracted, Reader, Step
+from autocdc.pipelines.execute.extraction import LEASES, STAGING, Extracted, Reader
 from autocdc.pipelines.operations import overview
 from autocdc.sources import extract, pgextract
 from autocdc.sources.errors import (
@@ -315,21 +316,6 @@ def pg():
     server.stop()
 
 
-def _step(tmp_path: Path, src: Extraction, flow: str = "f") -> Step:
-    return Step(
-        source=src,
-        flow=flow,
-        dataset=flow,
-        checkpoints=tmp_path / "checkpoints" / flow,
-        storage=tmp_path / "storage",
-        pipeline="test",
-    )
-
-
-def _collect(df, read=None):
-    return sorted((tuple(r) for r in df.collect()), key=repr)
-
-
 def test_stateless_reads_every_row_in_scope_each_run_typed_as_the_table_implies(
     spark, pg, tmp_path
 ):
@@ -349,8 +335,8 @@ def test_stateless_reads_every_row_in_scope_each_run_typed_as_the_table_implies(
         where="id < 1000",
         partitions=["id % 2 = 0", "id % 2 = 1 AND note LIKE 'a%'", "note IS NULL AND id = 1"],
     )
-    step = _step(tmp_path, stateless)
-    done = step.run(spark, ExtractionOptions(), lambda df, _: (df.dtypes, _collect(df)))
+    step = extracting.step(tmp_path, stateless)
+    done = step.run(spark, ExtractionOptions(), lambda df, _: (df.dtypes, collect(df)))
     dtypes, rows = done.result
     assert dtypes == [
         ("id", "bigint"),
@@ -374,7 +360,7 @@ def test_stateless_reads_every_row_in_scope_each_run_typed_as_the_table_implies(
     assert (done.rows, done.batches, done.checkpoint, done.advanced) == (2, 3, None, False)
 
     pg.execute("INSERT INTO kinds (id, note) VALUES (3, 'a'); DELETE FROM kinds WHERE id = 1")
-    again = step.run(spark, ExtractionOptions(), _collect)
+    again = step.run(spark, ExtractionOptions(), collect)
     assert sorted(r[0] for r in again.result if r[0] is not None) == [3]
     assert again.rows == 2  # every row in scope, every run
     assert not (step.checkpoints / FILE).exists()
@@ -391,10 +377,12 @@ def test_a_limit_reads_a_backfill_in_bounded_runs_and_skips_no_tied_row(spark, p
         "ELSE 30 END FROM generate_series(1, 15) g;"
         "INSERT INTO backfill VALUES (16, NULL)"
     )
-    step = _step(tmp_path, source(dsn=pg.dsn, table="backfill", cdc_order=["at"], limit=4))
+    step = extracting.step(
+        tmp_path, source(dsn=pg.dsn, table="backfill", cdc_order=["at"], limit=4)
+    )
 
     def once() -> tuple[list[int], int]:
-        done = step.run(spark, ExtractionOptions(), _collect)
+        done = step.run(spark, ExtractionOptions(), collect)
         return sorted(r[0] for r in done.result), done.checkpoint["at"]
 
     assert once() == ([1, 2, 3, 4, 5, 16], 10)  # the edge: the 4th value, 10, all its ties
@@ -485,9 +473,9 @@ def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_sta
         cdc_order=["at", "remaining DESC"],
         partitions=["id <= 2", "id > 2"],
     )
-    step = _step(tmp_path, jobs)
+    step = extracting.step(tmp_path, jobs)
     options = ExtractionOptions(retries=0, staging=True, page_rows=1, max_concurrency=2)
-    first = step.run(spark, options, _collect)
+    first = step.run(spark, options, collect)
     assert [r[0] for r in first.result] == [1, 2, 3, 4]
     assert first.checkpoint == {"at": "2024-05-01 11:00:00+00", "remaining": 5}
     stored = (step.checkpoints / FILE).read_text()
@@ -521,7 +509,7 @@ def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_sta
         return lambda *args: flaky(*args, times=times)
 
     monkeypatch.setattr(pgextract, "read_batch", failing(1))
-    second = step.run(spark, options, _collect)
+    second = step.run(spark, options, collect)
     assert len(failures) == 1
     # Ties (2, 3 at 11:00; 5) read again, 4 for its remaining; each row once.
     assert [r[0] for r in second.result] == [2, 3, 4, 5]
@@ -542,12 +530,12 @@ def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_sta
     assert not (step.checkpoints / STAGING).exists()
 
     monkeypatch.setattr(pgextract, "read_batch", real)
-    resumed = step.run(spark, options, _collect)
+    resumed = step.run(spark, options, collect)
     assert [r[0] for r in resumed.result] == [2, 3, 4, 5, 6]
     assert resumed.checkpoint == {"at": "2024-05-01 12:00:00+00", "remaining": 4}
     # Nothing new: every row read is a tie, and the checkpoint is kept as it was.
     stored = (step.checkpoints / FILE).read_text()
-    quiet = step.run(spark, options, _collect)
+    quiet = step.run(spark, options, collect)
     assert (quiet.rows, quiet.advanced) == (2, False)  # 6 (a tie) and 4 (remaining)
     assert (step.checkpoints / FILE).read_text() == stored
 
@@ -556,17 +544,17 @@ def test_a_second_run_of_a_source_is_refused_and_a_dead_runs_lease_is_taken_over
     spark, pg, tmp_path
 ):
     pg.execute("CREATE TABLE leased (id int PRIMARY KEY); INSERT INTO leased VALUES (1)")
-    step = _step(tmp_path, source(dsn=pg.dsn, table="leased", strategy="STATELESS"))
+    step = extracting.step(tmp_path, source(dsn=pg.dsn, table="leased", strategy="STATELESS"))
     holder = start_holder(tmp_path / "storage" / LEASES, expiry=60, name="src.lock")
     try:
         with pytest.raises(SourceLockedError) as refused:
-            step.run(spark, ExtractionOptions(), _collect)
+            step.run(spark, ExtractionOptions(), collect)
         assert refused.value.params["source"] == "src"
         assert refused.value.params["pid"] == holder.pid
     finally:
         holder.kill()
         holder.wait()
-    assert step.run(spark, ExtractionOptions(), _collect).result == [(1, None)]
+    assert step.run(spark, ExtractionOptions(), collect).result == [(1, None)]
     assert not (tmp_path / "storage" / LEASES / "src.lock").exists()
 
 

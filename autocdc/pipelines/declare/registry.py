@@ -399,7 +399,8 @@ class Registry(GraphElementRegistry):
 
 def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
     """The source a CREATE EXTRACTION SOURCE declares; ``CONNECTION ENV`` is read now, so a
-    connection string with a password need not be written in the file."""
+    connection string with a password need not be written in the file. A connection that
+    starts with ``jdbc:`` is a JDBC URL (any database, read by Spark), else libpq's."""
     dsn = statement.dsn
     if statement.dsn_env is not None:
         dsn = os.environ.get(statement.dsn_env)
@@ -408,9 +409,11 @@ def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
                 where=at,
                 problem=f"extraction source `{statement.name}` reads its connection string "
                 f"from the environment variable {statement.dsn_env}, which is not set",
-                hint=f"Set {statement.dsn_env} to a libpq connection string before the run.",
+                hint=f"Set {statement.dsn_env} to a libpq connection string or a JDBC URL "
+                "before the run.",
             )
-    return Extraction(name=statement.name, dsn=dsn, table=statement.table, **statement.options)
+    connection = {"url": dsn} if dsn and dsn.startswith("jdbc:") else {"dsn": dsn}
+    return Extraction(name=statement.name, table=statement.table, **connection, **statement.options)
 
 
 @contextlib.contextmanager

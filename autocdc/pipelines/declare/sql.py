@@ -361,6 +361,10 @@ def _number(token: Token) -> int | Decimal:
     return int(text) if text.isdigit() else Decimal(text)
 
 
+# OPTIONS keys that configure a JDBC source's connection and read (the rest: how a run reads)
+JDBC_OPTIONS = ("user", "password_env", "password_file", "partition_column", "num_partitions")
+
+
 def _option(text: str) -> Any:
     """An OPTIONS value: ``true``/``false``, a number, else the text."""
     lowered = text.lower()
@@ -528,7 +532,9 @@ class _Builder(Transformer):
         if "typed_columns" in c:
             options["columns"] = c["typed_columns"][0].value[0]
         if "extract_options" in c:
-            options["options"] = {k: _option(v) for k, v in c["extract_options"]}
+            given = {k: _option(v) for k, v in c["extract_options"]}
+            options |= {k: given.pop(k) for k in JDBC_OPTIONS if k in given}
+            options["options"] = given
         env = isinstance(connection, _Clause)
         return ExtractionStatement(
             name=name,

@@ -53,7 +53,7 @@ from autocdc.engine.spec import ColumnOrSql, to_column
 from autocdc.engine.tables import ident
 from autocdc.pipelines.execute import lock
 from autocdc.pipelines.execute.checkpoint import CheckpointFile
-from autocdc.sources import extract, pgextract, staging
+from autocdc.sources import extract, jdbcextract, pgextract, staging
 from autocdc.sources.errors import BatchFailedError, SourceLockedError
 
 T = TypeVar("T")
@@ -66,7 +66,11 @@ READ_FIELD = "__autocdc_read"  # the read's time, in an extraction flow's sequen
 
 def frame(spark: SparkSession, source: extract.Extraction) -> DataFrame:
     """The source's typed columns and no rows: what a flow's definition is checked with."""
-    return staging.frame(spark, [], pgextract.describe(source).schema(source.columns))
+    if source.url is not None:
+        table: pgextract.Table | jdbcextract.Table = jdbcextract.describe(spark, source)
+    else:
+        table = pgextract.describe(source)
+    return staging.frame(spark, [], table.schema(source.columns))
 
 
 def sequence(sequence_by: ColumnOrSql | list[str] | None, read: int) -> Column:
@@ -151,24 +155,30 @@ class Step:
         staged: Path,
     ) -> Extracted[T]:
         source = self.source
-        table = pgextract.describe(source)
         store = CheckpointFile(self.checkpoints)
         stored = store.read(source, self.flow, self.dataset)
         cursor = source.run_cursor()
-        newest = pgextract.newest(source, table)  # before the read: what it can reach
+        jdbc = Jdbc(spark, source, staged) if source.url is not None else None
+        table: Any = jdbc.table if jdbc else pgextract.describe(source)
+        newest = jdbc.newest() if jdbc else pgextract.newest(source, table)  # what it can reach
         limit, bound = source.run_limit(), None
         if limit is not None:
-            bound = limit.within(stored, pgextract.edge(source, table, limit, stored))
+            at = jdbc.edge(limit, stored) if jdbc else pgextract.edge(source, table, limit, stored)
+            bound = limit.within(stored, at)
         batches = extract.plan(source, cursor, stored, bound)
         read = store.next_read()
-        reader = Reader(source, table, cursor, stored, options, staged, self.say)
-        reads = reader.read_all(batches)
-        rows = sum(r.rows for r in reads)
+        if jdbc:
+            got, acc, rows = jdbc.load(batches, cursor, stored, options, self.say)
+        else:
+            reader = Reader(source, table, cursor, stored, options, staged, self.say)
+            reads = reader.read_all(batches)
+            rows = sum(r.rows for r in reads)
+            acc = extract.advance(cursor, [r.acc for r in reads]) if rows else None
+            got = staging.frame(spark, [r.part for r in reads], table.schema(source.columns))
         checkpoint = None
         if source.keeps_checkpoint:
-            checkpoint = extract.advance(cursor, [r.acc for r in reads]) if rows else stored
+            checkpoint = acc if rows else stored
             extract.dumps(checkpoint, source.name)  # refused now, before anything is written
-        got = staging.frame(spark, [r.part for r in reads], table.schema(source.columns))
         result = apply(got, read)
         advanced = source.keeps_checkpoint and rows > 0 and checkpoint != stored
         if advanced:
@@ -183,6 +193,58 @@ class Step:
             said += f"; checkpoint {text if len(text) <= SAID else text[:SAID] + '...'}"
         self.say(said)
         return Extracted(result, rows, len(batches), checkpoint, advanced)
+
+
+class Jdbc:
+    """One run's reads of a ``url`` source (:mod:`autocdc.sources.jdbcextract`): every
+    batch a partition of one Spark read, staged once, read again as a whole after a
+    failure up to ``retries`` times."""
+
+    def __init__(self, spark: SparkSession, source: extract.Extraction, staged: Path) -> None:
+        self.spark, self.source, self.staged = spark, source, staged
+        self.table = jdbcextract.describe(spark, source)
+
+    def newest(self) -> dict[str, Any]:
+        return jdbcextract.newest(self.spark, self.source, self.table)
+
+    def edge(self, limit: extract.Limit, checkpoint: Any) -> Any:
+        return jdbcextract.edge(self.spark, self.source, self.table, limit, checkpoint)
+
+    def load(
+        self,
+        batches: list[extract.Batch],
+        cursor: extract.Cursor,
+        checkpoint: Any,
+        options: extract.ExtractionOptions,
+        say: Callable[[str], None],
+    ) -> tuple[DataFrame, Any, int]:
+        """The rows read (typed as the flow reads them), their accumulator, their count."""
+        attempts, name, attempt = 1 + options.retries, self.source.name, 1
+        while True:
+            path = self.staged / f"jdbc-attempt-{attempt}"
+            try:
+                rows = jdbcextract.read(self.spark, self.source, self.table, batches, path)
+                count = rows.count()
+                acc = jdbcextract.accumulator(cursor, checkpoint, rows) if count else None
+                return jdbcextract.typed(rows, self.source.columns), acc, count
+            except AutoCdcError:
+                raise
+            except Exception as error:
+                shutil.rmtree(path, ignore_errors=True)
+                gist = jdbcextract.gist(error)
+                if attempt == attempts:
+                    raise BatchFailedError(
+                        source=name,
+                        batch=f"1-{len(batches)}" if len(batches) > 1 else 1,
+                        batches=len(batches),
+                        where=" | ".join(b.where for b in batches),
+                        attempts=attempts,
+                        error=gist,
+                    ) from error
+                say(f"extraction {name}: the read failed ({gist}); reading it again "
+                    f"({attempt + 1} of {attempts})")  # fmt: skip
+                time.sleep(min(0.25 * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS))
+            attempt += 1
 
 
 @dataclass(frozen=True)

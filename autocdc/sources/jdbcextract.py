@@ -1,0 +1,347 @@
+"""Read an extraction source's batches from any database, through Spark's JDBC source.
+
+A run's batches (:func:`autocdc.sources.extract.plan`) become the partitions of one JDBC
+read (each batch split further on ``partition_column`` when ``num_partitions`` asks), so
+the executors read them in parallel and the driver holds no row. The read lands once in
+Parquet under the flow's checkpoint folder: the checkpoint's accumulator and the load both
+read those files, so they see the same rows even when the table changes meanwhile (a
+second query of the table would not). WATERMARK's accumulator is an aggregation; CUSTOM's
+``fold`` runs per partition on the executors and ``merge`` combines the partitions'.
+
+Values reach the cursor and the checkpoint as the PostgreSQL path gives them: numbers as
+numbers, timestamps and dates as text (``2024-05-01 10:00:00.000000``, in the session's
+time zone, which sorts as time), so the checkpoint file reads the same whatever the
+database. Predicates are plain SQL with double-quoted names; a MariaDB or MySQL session
+is put in ANSI_QUOTES mode (and NO_BACKSLASH_ESCAPES, so a literal means what it says).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from pyspark import cloudpickle
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
+
+from autocdc.sources.errors import SourceOptionError
+from autocdc.sources.extract import Batch, Cursor, Extraction, Limit, ident, option_error
+
+TIME_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+DRIVERS = {  # the JDBC URL's subprotocol -> the driver class the session's jars carry
+    "postgresql": "org.postgresql.Driver",
+    "mariadb": "org.mariadb.jdbc.Driver",
+    "sqlite": "org.sqlite.JDBC",
+}
+# MariaDB: standard quoting for the predicates autocdc writes, on every connection the
+# driver opens (Spark's sessionInitStatement misses the ones that resolve a schema)
+ANSI_SESSION = {"sessionVariables": "sql_mode='ANSI_QUOTES,NO_BACKSLASH_ESCAPES'"}
+_PLACEHOLDER = re.compile(r"%%|%s")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as the JDBC driver describes it (Spark's type mapping)."""
+
+    name: str  # as the SQL names it, quoted
+    struct: StructType
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.struct.fieldNames())
+
+    def schema(self, declared: str | None = None) -> str:
+        """The Spark schema rows are typed with: ``declared``, else the driver's."""
+        if declared is not None:
+            return declared
+        return ", ".join(
+            f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in self.struct
+        )
+
+
+def connection(source: Extraction) -> dict[str, str]:
+    """The read's JDBC options: the driver, the credentials (the password read now, from
+    the environment or a file, and never kept on the source), the session statement."""
+    assert source.url is not None
+    subprotocol = source.url.split(":", 2)[1].lower()
+    options = {"url": source.url, **source.properties}
+    if "driver" not in options:
+        if subprotocol not in DRIVERS:
+            raise option_error(
+                source=source.name,
+                option="url",
+                problem=f"names the subprotocol {subprotocol!r}, whose driver autocdc "
+                f"does not carry (it carries {sorted(DRIVERS)})",
+                fix="Put the driver's jar on the session's classpath (spark.jars) and name "
+                "its class in properties={'driver': '...'}.",
+            )
+        options["driver"] = DRIVERS[subprotocol]
+    if subprotocol == "mariadb":
+        options = ANSI_SESSION | options
+    if source.user is not None:
+        options["user"] = source.user
+    if source.password_env is not None:
+        if source.password_env not in os.environ:
+            raise option_error(
+                source=source.name,
+                option="password_env",
+                problem=f"names {source.password_env}, which is not set",
+                fix=f"Set {source.password_env} to the password before the run.",
+            )
+        options["password"] = os.environ[source.password_env]
+    elif source.password_file is not None:
+        try:
+            options["password"] = Path(source.password_file).read_text().splitlines()[0]
+        except (OSError, IndexError) as error:
+            raise option_error(
+                source=source.name,
+                option="password_file",
+                problem=f"names {source.password_file}, which cannot be read ({error})",
+                fix="Give a readable file whose first line is the password.",
+            ) from None
+    return options
+
+
+def literal(value: Any) -> str:
+    """``value`` as a SQL literal every database reads the same (strings quoted by
+    doubling, which ANSI_QUOTES/NO_BACKSLASH_ESCAPES make MariaDB's rule too)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, datetime | date):
+        value = value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def predicate(batch: Batch) -> str:
+    """A batch's predicate with its parameters written in as literals (Spark's JDBC reads
+    take SQL text, not parameters)."""
+    params = iter(batch.params)
+    return _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else literal(next(params)), batch.where)
+
+
+def _reader(spark: SparkSession, source: Extraction) -> Any:
+    return spark.read.format("jdbc").options(**connection(source))
+
+
+def _query(spark: SparkSession, source: Extraction, sql: str) -> DataFrame:
+    """``sql``'s rows. Aggregates over them are Spark's (pushed to the database where its
+    dialect can): a driver may type a database's aggregate otherwise than its column."""
+    return _reader(spark, source).option("query", sql).option("pushDownAggregate", "true").load()
+
+
+def plain(frame: DataFrame) -> DataFrame:
+    """``frame`` with its timestamps and dates as text: the values a cursor's ``fold`` and
+    the checkpoint see (the same as the PostgreSQL path's, which sort as time)."""
+    columns: list[Column] = []
+    for f in frame.schema:
+        column = F.col(ident_spark(f.name))
+        if isinstance(f.dataType, TimestampType | TimestampNTZType):
+            column = F.date_format(column, TIME_TEXT)
+        elif isinstance(f.dataType, DateType):
+            column = column.cast("string")
+        columns.append(column.alias(f.name))
+    return frame.select(*columns)
+
+
+def ident_spark(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quoted_table(name: str) -> str:
+    """``schema.table`` (or ``table``) quoted part by part; a part already in double
+    quotes is kept."""
+    parts = re.findall(r'"(?:[^"]|"")*"|[^.]+', name)
+    return ".".join(p if p.startswith('"') else ident(p) for p in parts)
+
+
+def describe(spark: SparkSession, source: Extraction) -> Table:
+    """The source's table as the driver types it; its ``cdc_order``, ``partition_column``
+    and declared ``columns`` checked against it. A wrong URL, a missing table or a refused
+    login fail here, before anything is planned, with the driver's own words."""
+    name = quoted_table(source.table)
+    try:
+        struct = _query(spark, source, f"SELECT * FROM {name} WHERE 1 = 0").schema
+    except SourceOptionError:
+        raise
+    except Exception as error:
+        raise option_error(
+            source=source.name,
+            option="table",
+            problem=f"could not be read through {source.url.split('?')[0]} ({gist(error)})",
+            fix="Check the URL, the table's name, the user's password and its SELECT "
+            "permission on the table.",
+        ) from None
+    table = Table(name, struct)
+    named = [o.column for o in source.cdc_order]
+    if source.partition_column is not None:
+        named.append(source.partition_column)
+    unknown = [c for c in named if c not in table.columns]
+    if unknown:
+        raise option_error(
+            source=source.name,
+            option="cdc_order" if unknown[0] != source.partition_column else "partition_column",
+            problem=f"names {unknown}, which {source.table} does not have ({list(table.columns)})",
+            fix="Name columns of the table.",
+        )
+    if source.columns is not None:
+        declared = StructType.fromDDL(source.columns).fieldNames()
+        missing = [c for c in declared if c not in table.columns]
+        if missing:
+            raise option_error(
+                source=source.name,
+                option="columns",
+                problem=f"declares {missing}, which {source.table} does not have",
+                fix=f"Declare columns of the table ({list(table.columns)}).",
+            )
+    return table
+
+
+def _one_row(frame: DataFrame) -> dict[str, Any]:
+    row = plain(frame).first()
+    return {} if row is None else row.asDict()
+
+
+def newest(spark: SparkSession, source: Extraction, table: Table) -> dict[str, Any]:
+    """Per ``cdc_order`` column, the newest value in scope, as the checkpoint holds it."""
+    if not source.cdc_order:
+        return {}
+    picks = [
+        (F.min if o.descending else F.max)(ident_spark(o.column)).alias(o.column)
+        for o in source.cdc_order
+    ]
+    where = predicate(Batch().narrowed(source.where))
+    return _one_row(_query(spark, source, f"SELECT * FROM {table.name} WHERE {where}").agg(*picks))
+
+
+def edge(
+    spark: SparkSession, source: Extraction, table: Table, limit: Limit, checkpoint: Any
+) -> Any:
+    """Where a run with ``limit`` stops (see :func:`autocdc.sources.pgextract.edge`): the
+    sort and limit are Spark's, pushed to the database where its dialect can."""
+    column = limit.order.column
+    beyond = predicate(limit.beyond(checkpoint).narrowed(source.where))
+    values = _query(spark, source, f"SELECT {ident(column)} FROM {table.name} WHERE {beyond}")
+    first = F.col(ident_spark(column))
+    top = values.orderBy(first.desc() if limit.order.descending else first.asc()).limit(limit.rows)
+    pick = F.min(first) if limit.order.descending else F.max(first)
+    return _one_row(top.agg(pick.alias(column))).get(column)
+
+
+def _ranges(spark: SparkSession, source: Extraction, table: Table, where: str) -> list[str]:
+    """``where`` split on ``partition_column`` into ``num_partitions`` ranges between its
+    least and greatest value there (NULLs in the first), as Spark splits a numeric column."""
+    column = ident(source.partition_column or "")
+    scoped = _query(spark, source, f"SELECT {column} FROM {table.name} WHERE {where}")
+    first = F.col(ident_spark(source.partition_column or ""))
+    bounds = scoped.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
+    if bounds is None or bounds["lo"] is None or bounds["lo"] == bounds["hi"]:
+        return [where]
+    lo, hi, n = bounds["lo"], bounds["hi"], source.num_partitions
+    cuts = sorted({lo + (hi - lo) * i / n for i in range(1, n)})
+    terms = [f"{column} < {literal(cuts[0])} OR {column} IS NULL"]
+    terms += [f"{column} >= {literal(a)} AND {column} < {literal(b)}" for a, b in pairwise(cuts)]
+    terms.append(f"{column} >= {literal(cuts[-1])}")
+    return [f"({where}) AND ({t})" for t in terms]
+
+
+def read(
+    spark: SparkSession, source: Extraction, table: Table, batches: list[Batch], path: Path
+) -> DataFrame:
+    """Every batch, as partitions of one read, written once to Parquet at ``path`` (what
+    the load and the accumulators read); the staged rows, as Spark's JDBC source typed
+    them."""
+    predicates = [predicate(b) for b in batches]
+    if source.partition_column is not None:
+        predicates = [p for where in predicates for p in _ranges(spark, source, table, where)]
+    options = connection(source)
+    url = options.pop("url")
+    frame = spark.read.jdbc(url, table.name, predicates=predicates, properties=options)
+    frame.write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path))
+
+
+def accumulator(cursor: Cursor, checkpoint: Any, rows: DataFrame) -> Any:
+    """The next checkpoint's accumulator from the staged rows: WATERMARK's an aggregation,
+    a CUSTOM cursor's ``fold`` per partition on the executors, then ``merge``."""
+    order = getattr(cursor, "order", None)
+    seed = cursor.seed(checkpoint)
+    if order is not None:  # WATERMARK
+        values = plain(rows)
+        picks = [
+            (F.min if o.descending else F.max)(ident_spark(o.column)).alias(o.column) for o in order
+        ]
+        return cursor.merge(seed, values.agg(*picks).first().asDict())
+
+    shipped = _by_value(cursor)
+
+    def fold(part: Iterator[Row]) -> Iterator[Any]:
+        mine = cloudpickle.loads(shipped)
+        acc = mine.seed(checkpoint)
+        for row in part:
+            acc = mine.fold(acc, row.asDict())
+        yield acc
+
+    accs = plain(rows).rdd.mapPartitions(fold).collect()
+    for acc in accs:
+        seed = cursor.merge(seed, acc)
+    return seed
+
+
+def _by_value(cursor: Cursor) -> bytes:
+    """``cursor`` pickled with its class: the module a pipeline's file defines it in is not
+    importable on the executors."""
+    module = sys.modules.get(type(cursor).__module__)
+    if module is None or module.__name__.split(".")[0] in ("autocdc", "builtins"):
+        return cloudpickle.dumps(cursor)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(cursor)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def gist(error: BaseException) -> str:
+    """The line of a failed read that says what went wrong (Spark wraps the database's or
+    the Python worker's words in its own)."""
+    lines = [re.sub(r"^(Caused by: |: )", "", line.strip()) for line in str(error).splitlines()]
+    causes = [line for line in lines if re.match(r"^[\w.$]+(Exception|Error): ", line)]
+    found = causes[-1] if causes else next((line for line in lines if line), "")
+    return f"{type(error).__name__}: {found[:500]}"
+
+
+def typed(rows: DataFrame, declared: str | None) -> DataFrame:
+    """The staged rows as a flow reads them: the declared ``columns`` (each cast to its
+    type) or every column, and the corrupt-record column: the row's values as JSON where a
+    value does not fit its declared type, so the flow quarantines it instead of changing
+    it."""
+    corrupt = rows.sparkSession.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record")
+    if declared is None:
+        return rows.select("*", F.lit(None).cast("string").alias(corrupt))
+    fields = StructType.fromDDL(declared).fields
+    values, misfits = [], []
+    for f in fields:
+        raw = F.col(ident_spark(f.name))
+        cast = raw.try_cast(f.dataType)
+        values.append(cast.alias(f.name))
+        misfits.append(raw.isNotNull() & cast.isNull())
+    whole = F.to_json(F.struct(*[F.col(ident_spark(c)) for c in rows.columns]))
+    bad = F.when(functools.reduce(Column.__or__, misfits), whole)
+    return rows.select(*values, bad.cast("string").alias(corrupt))

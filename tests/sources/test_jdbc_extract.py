@@ -1,0 +1,229 @@
+"""Extraction through Spark's JDBC source (autocdc/sources/jdbcextract.py), against SQLite
+files the tests write with Python's sqlite3: no server, the same read path as any database
+(MariaDB's is tests/sources/test_jdbc_mariadb.py)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+import extracting
+import pytest
+from extracting import collect
+from projects import run, write_project
+
+from autocdc.pipelines.execute.checkpoint import FILE
+from autocdc.sources import jdbcextract
+from autocdc.sources.errors import BatchFailedError, SourceOptionError
+from autocdc.sources.extract import Batch, Extraction, ExtractionOptions
+
+
+def _db(path: Path, *statements: str, rows: tuple = ()) -> str:
+    """Run ``statements`` on the SQLite file at ``path`` (``rows`` go to the last one, as
+    executemany's parameters); the file's JDBC URL."""
+    with sqlite3.connect(path) as conn:
+        for sql in statements[:-1] if rows else statements:
+            conn.execute(sql)
+        if rows:
+            conn.executemany(statements[-1], rows)
+    return f"jdbc:sqlite:{path}"
+
+
+def test_literals_and_predicates_read_the_same_in_every_database():
+    batch = Batch("a >= %s AND b = %s AND c LIKE 'x%%' AND d = %s", (Decimal("1.50"), "it's", None))
+    assert jdbcextract.predicate(batch) == "a >= 1.50 AND b = 'it''s' AND c LIKE 'x%' AND d = NULL"
+    assert jdbcextract.quoted_table('shop."My Items"') == '"shop"."My Items"'
+    with pytest.raises(SourceOptionError) as refused:
+        Extraction(name="s", url="jdbc:sqlite:x", dsn="dbname=x", table="t", strategy="STATELESS")
+    assert "Give one connection" in str(refused.value)
+    with pytest.raises(SourceOptionError, match="num_partitions"):
+        Extraction(name="s", url="jdbc:sqlite:x", table="t", strategy="STATELESS", num_partitions=4)
+    with pytest.raises(SourceOptionError, match="password_env"):
+        Extraction(name="s", dsn="dbname=x", table="t", strategy="STATELESS", password_env="P")
+
+
+def test_watermark_reads_on_executors_checkpoints_and_rereads_ties(spark, tmp_path):
+    """The first run reads all 40 rows in 4 partitions of ``id``; the checkpoint is the
+    greatest ``updated_at`` as text; a row written later at that same time (a coarse
+    clock) and a newer one are read by the next run, with the ties read again."""
+    rows = [(i, f"n{i}", f"2024-05-01 10:00:{i % 20:02d}") for i in range(1, 41)]
+    url = _db(
+        tmp_path / "shop.db",
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, updated_at TEXT)",
+        "INSERT INTO items VALUES (?, ?, ?)",
+        rows=tuple(rows),
+    )
+    src = Extraction(
+        name="items_src",
+        url=url,
+        table="items",
+        cdc_order=["updated_at"],
+        partition_column="id",
+        num_partitions=4,
+    )
+    step = extracting.step(tmp_path, src)
+    done = step.run(spark, ExtractionOptions(), lambda df, _: (df.dtypes, collect(df)))
+    dtypes, got = done.result
+    assert dtypes == [
+        ("id", "int"),
+        ("name", "string"),
+        ("updated_at", "string"),
+        ("_corrupt_record", "string"),
+    ]
+    assert got == sorted(((*r, None) for r in rows), key=repr)
+    assert (done.rows, done.checkpoint) == (40, {"updated_at": "2024-05-01 10:00:19"})
+    assert json.loads((step.checkpoints / FILE).read_text())["checkpoint"] == done.checkpoint
+
+    _db(
+        tmp_path / "shop.db",
+        "INSERT INTO items VALUES (41, 'tie', '2024-05-01 10:00:19')",
+        "INSERT INTO items VALUES (42, 'new', '2024-05-01 10:00:20')",
+    )
+    again = step.run(spark, ExtractionOptions(), collect)
+    assert [r[:2] for r in again.result] == [(19, "n19"), (39, "n39"), (41, "tie"), (42, "new")]
+    assert again.checkpoint == {"updated_at": "2024-05-01 10:00:20"}
+
+
+class EveryTenth:
+    """A CUSTOM cursor: batches by ``id`` ranges past the checkpoint; ``fold`` runs on the
+    executors, per partition."""
+
+    def batches(self, checkpoint):
+        start = checkpoint or 0
+        return [
+            Batch("id > %s AND id <= %s", (start + 10 * i, start + 10 * (i + 1))) for i in (0, 1)
+        ]
+
+    def seed(self, checkpoint):
+        return checkpoint or 0
+
+    def fold(self, acc, row):
+        return max(acc, row["id"])
+
+    def merge(self, a, b):
+        return max(a, b)
+
+
+def test_a_custom_cursor_folds_on_the_executors_and_declared_types_quarantine_misfits(
+    spark, tmp_path
+):
+    url = _db(
+        tmp_path / "kinds.db",
+        "CREATE TABLE kinds (id INTEGER PRIMARY KEY, qty TEXT, price TEXT)",
+        "INSERT INTO kinds VALUES (?, ?, ?)",
+        rows=tuple((i, "many" if i == 7 else str(i), f"{i}.25") for i in range(1, 26)),
+    )
+    src = Extraction(
+        name="kinds_src",
+        url=url,
+        table="kinds",
+        strategy="CUSTOM",
+        cursor=EveryTenth(),
+        columns="id BIGINT, qty INT, price DECIMAL(10,2)",
+    )
+    step = extracting.step(tmp_path, src)
+    done = step.run(spark, ExtractionOptions(), lambda df, _: (df.dtypes, collect(df)))
+    dtypes, got = done.result
+    assert dtypes[:3] == [("id", "bigint"), ("qty", "int"), ("price", "decimal(10,2)")]
+    assert (done.rows, done.batches, done.checkpoint) == (20, 2, 20)
+    (bad,) = [r for r in got if r[3] is not None]  # "many" is no INT: quarantined, not NULL
+    assert json.loads(bad[3]) == {"id": 7, "qty": "many", "price": "7.25"}
+    assert (2, 2, Decimal("2.25"), None) in got
+    assert step.run(spark, ExtractionOptions(), collect).checkpoint == 25
+
+
+def test_misconfigurations_fail_before_anything_is_read_with_a_fix(spark, tmp_path, monkeypatch):
+    url = _db(tmp_path / "x.db", "CREATE TABLE t (id INTEGER, at TEXT)")
+    cases = [
+        (dict(url=url, table="nope"), "table", "Check the URL, the table's name"),
+        (dict(url=url, table="t", cdc_order=["missing"]), "cdc_order", "Name columns"),
+        (dict(url="jdbc:oracle:thin:@h:1521/x", table="t"), "url", "properties={'driver'"),
+        (dict(url=url, table="t", password_env="AUTOCDC_NO_SUCH"), "password_env", "Set "),
+    ]
+    for given, option, fix in cases:
+        src = Extraction(name="bad", **({"cdc_order": ["at"]} | given))
+        with pytest.raises(SourceOptionError) as refused:
+            extracting.step(tmp_path, src).run(spark, ExtractionOptions(), collect)
+        assert refused.value.params["option"] == option and fix in str(refused.value)
+
+
+def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_stays(
+    spark, tmp_path, monkeypatch
+):
+    url = _db(
+        tmp_path / "f.db", "CREATE TABLE t (id INTEGER, at TEXT)", "INSERT INTO t VALUES (1, 'x')"
+    )
+    said, real, calls = [], jdbcextract.read, []
+
+    def flaky(*args):
+        calls.append(args[-1])
+        if len(calls) == 1:
+            raise OSError("connection reset")
+        return real(*args)
+
+    monkeypatch.setattr(jdbcextract, "read", flaky)
+    src = Extraction(name="f", url=url, table="t", cdc_order=["at"])
+    step = extracting.step(tmp_path, src, say=said.append)
+    done = step.run(spark, ExtractionOptions(retries=1), collect)
+    assert (done.result, done.checkpoint) == ([(1, "x", None)], {"at": "x"})
+    assert "the read failed (OSError: connection reset); reading it again (2 of 2)" in said[0]
+    assert [p.name for p in calls] == ["jdbc-attempt-1", "jdbc-attempt-2"]
+    monkeypatch.setattr(jdbcextract, "read", real)
+
+    broken = Extraction(name="g", url=url, table="t", strategy="STATELESS", where="no_such > 0")
+    with pytest.raises(BatchFailedError) as failed:
+        extracting.step(tmp_path, broken, "g").run(spark, ExtractionOptions(retries=1), collect)
+    assert failed.value.params["attempts"] == 2 and "no_such" in failed.value.params["error"]
+    assert not (tmp_path / "checkpoints" / "g" / FILE).exists()
+
+
+PIPELINE = """
+from autocdc import pipelines as dp
+
+dp.create_extraction_source(name="items_src", url="{url}", table="items",
+                            cdc_order=["updated_at"], password_env="SHOP_PASSWORD")
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_flow(target="latest", source="items_src", keys=["id"],
+                        sequence_by="updated_at")
+dp.create_streaming_table("history")
+dp.create_auto_cdc_flow(target="history", source="items_src", keys=["id"],
+                        sequence_by="updated_at", stored_as_scd_type=2)
+dp.create_streaming_table("by_read")
+dp.create_auto_cdc_flow(target="by_read", source="items_src", keys=["id"])
+"""
+
+
+def test_a_pipeline_mirrors_the_table_a_row_rewritten_in_one_tick_included(
+    spark, tmp_path, new_table, monkeypatch
+):
+    """issue 35's reproduction through JDBC: a row rewritten at the same ``updated_at``
+    (two writes in one tick) ends as the table holds it, not as the greater row, in SCD
+    type 1 and 2, and without ``sequence_by``; the password never reaches the pipeline's
+    storage (event log, checkpoints, status)."""
+    monkeypatch.setenv("SHOP_PASSWORD", "s3cret-never-logged")
+    db = tmp_path / "shop.db"
+    url = _db(
+        db,
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, price NUMERIC, updated_at TEXT)",
+        "INSERT INTO items VALUES (111, 84.06, '2026-01-01 08:00:00'), "
+        "(112, 1, '2026-01-01 07:00:00')",
+    )
+    database = new_table("jdbc_mirror")
+    root = tmp_path / "project"
+    spec = write_project(root, database, {"flow.py": PIPELINE.replace("{url}", url)})
+    run(spark, spec)
+    _db(
+        db, "UPDATE items SET price = price * -1, updated_at = '2026-01-01 08:00:00' WHERE id = 111"
+    )
+    run(spark, spec)
+    for target in ("latest", "history", "by_read"):
+        rows = spark.table(f"{database}.{target}")
+        if target == "history":
+            assert rows.count() == 3  # 111's two versions
+            rows = rows.where("__END_AT IS NULL")
+        got = sorted((r.id, float(r.price)) for r in rows.collect())
+        assert got == [(111, -84.06), (112, 1.0)], target
+    written = [p.read_bytes() for p in (root / "storage").rglob("*") if p.is_file()]
+    assert written and not any(b"s3cret-never-logged" in w for w in written)
