@@ -8,7 +8,7 @@ JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
 CLASSES := $(VENV)/share/autocdc/jars/autocdc-classes.json
 SOURCES := autocdc tests pipelines benchmarks
 
-.PHONY: setup demo test test-e2e lint bench bench-quick bench-smoke bench-snapshot clean
+.PHONY: setup demo test test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -63,6 +63,10 @@ bench-smoke: setup
 # Snapshot flows only: 1M rows, 1% changed per snapshot, against a bare MERGE of the diff.
 bench-snapshot: setup
 	$(PY) benchmarks/run.py --snapshot
+
+# Extraction through JDBC: a 1M-row table read by one partition against four.
+bench-extract: setup
+	$(PY) benchmarks/extraction.py
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache .hypothesis

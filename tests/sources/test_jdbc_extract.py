@@ -86,6 +86,36 @@ def test_watermark_reads_on_executors_checkpoints_and_rereads_ties(spark, tmp_pa
     assert again.checkpoint == {"updated_at": "2024-05-01 10:00:20"}
 
 
+def test_a_limit_bounds_each_run_and_a_lookback_reads_behind_the_checkpoint(spark, tmp_path):
+    """``limit=4`` through JDBC: the edge (Spark's sort and limit over the read) is the
+    4th value past the checkpoint, every tie at it read; a numeric ``lookback=15`` then
+    also reads a row written below the checkpoint, within 15 of it."""
+    rows = [(g, 10 if g <= 5 else 20 if g <= 12 else 30) for g in range(1, 16)] + [(16, None)]
+    url = _db(
+        tmp_path / "b.db",
+        "CREATE TABLE backfill (id INTEGER PRIMARY KEY, at INTEGER)",
+        "INSERT INTO backfill VALUES (?, ?)",
+        rows=tuple(rows),
+    )
+    src = Extraction(name="b", url=url, table="backfill", cdc_order=["at"], limit=4)
+    step = extracting.step(tmp_path, src)
+
+    def once(step=step) -> tuple[list[int], int]:
+        done = step.run(spark, ExtractionOptions(), collect)
+        return sorted(r[0] for r in done.result), done.checkpoint["at"]
+
+    assert once() == ([1, 2, 3, 4, 5, 16], 10)  # the 4th value past nothing, 10, its ties
+    assert once() == (list(range(1, 13)), 20)  # ties at 10 again, and all seven at 20
+    _db(tmp_path / "b.db", "INSERT INTO backfill VALUES (17, 20), (18, 40), (19, 25)")
+    assert once() == ([*range(6, 16), 17, 19], 30)  # 25, 30, 30, 30: 40 waits
+    assert once() == ([13, 14, 15, 18], 40)
+    back = Extraction(name="l", url=url, table="backfill", cdc_order=["at"], lookback=15)
+    behind = extracting.step(tmp_path, back, "l")
+    assert once(behind)[1] == 40
+    _db(tmp_path / "b.db", "INSERT INTO backfill VALUES (20, 26), (21, 24)")
+    assert once(behind) == ([13, 14, 15, 18, 19, 20], 40)  # 25 and on: 21 is 16 behind
+
+
 class EveryTenth:
     """A CUSTOM cursor: batches by ``id`` ranges past the checkpoint; ``fold`` runs on the
     executors, per partition."""
