@@ -405,6 +405,8 @@ class Extraction(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if str(data.get("dsn") or "").startswith("jdbc:") and data.get("url") is None:
+            data["url"] = data.pop("dsn")  # a JDBC URL where a libpq string may be
         source = str(data.get("name"))
         strategy = data.get("strategy", Strategy.WATERMARK)
         try:

@@ -127,6 +127,11 @@ def literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, datetime | date):
         value = value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
+    if isinstance(value, list | tuple):  # an array (PostgreSQL's literal, as psycopg's)
+        items = (
+            "NULL" if v is None else '"' + re.sub(r'(["\\])', r"\\\1", str(v)) + '"' for v in value
+        )
+        value = "{" + ",".join(items) + "}"
     return "'" + str(value).replace("'", "''") + "'"
 
 

@@ -84,14 +84,26 @@ def _check(spark, database: str, now: list[Change], seen: list[Change]) -> None:
     assert got == fold_scd2(seen)
 
 
+def _jdbc_url(dsn: str) -> str:
+    """The libpq string's server as a JDBC URL (the same database, read by Spark)."""
+    given = dict(part.split("=", 1) for part in dsn.split())
+    return (
+        f"jdbc:postgresql://{given['host']}:{given['port']}/{given['dbname']}?user={given['user']}"
+    )
+
+
 @pytest.mark.e2e
+@pytest.mark.parametrize("connection", ["dsn", "url"])
 def test_extraction_killed_mid_read_and_mid_apply_mirrors_the_table(
-    spark, tmp_path, warehouse, new_table, monkeypatch
+    spark, tmp_path, warehouse, new_table, monkeypatch, connection
 ):
+    """``dsn``: the libpq string, read in the driver; ``url``: the same server as a JDBC
+    URL in the same variable (CONNECTION ENV), read by Spark's executors."""
     server = Server().start()
     try:
         server.execute((EXAMPLE / "shop.sql").read_text())
-        monkeypatch.setenv("AUTOCDC_POSTGRES_DSN", server.dsn)
+        given = server.dsn if connection == "dsn" else _jdbc_url(server.dsn)
+        monkeypatch.setenv("AUTOCDC_POSTGRES_DSN", given)
         database = new_table("extract")
         spec = _project(tmp_path, warehouse, database)
         storage = spec.parent / "storage"
@@ -99,7 +111,7 @@ def test_extraction_killed_mid_read_and_mid_apply_mirrors_the_table(
 
         assert finish(start(spec, "extract_mid_read", *RUN_OPTIONS)) == -signal.SIGKILL
         assert not (orders / FILE).exists()
-        assert list((orders / STAGING).glob("*.parquet"))  # the batch's first page
+        assert list((orders / STAGING).rglob("*.parquet"))  # dsn: a batch's first page
         assert (storage / LEASES / "orders_src.lock").exists()  # a dead run's
         server.execute(
             "UPDATE orders SET status = 'paid', updated_at = now() WHERE id = 1;"

@@ -35,6 +35,8 @@ def test_literals_and_predicates_read_the_same_in_every_database():
     batch = Batch("a >= %s AND b = %s AND c LIKE 'x%%' AND d = %s", (Decimal("1.50"), "it's", None))
     assert jdbcextract.predicate(batch) == "a >= 1.50 AND b = 'it''s' AND c LIKE 'x%' AND d = NULL"
     assert jdbcextract.quoted_table('shop."My Items"') == '"shop"."My Items"'
+    assert jdbcextract.literal(["eu", 'a"b', None]) == """'{"eu","a\\"b",NULL}'"""
+    assert Extraction(name="s", dsn="jdbc:sqlite:x", table="t", strategy="STATELESS").url
     with pytest.raises(SourceOptionError) as refused:
         Extraction(name="s", url="jdbc:sqlite:x", dsn="dbname=x", table="t", strategy="STATELESS")
     assert "Give one connection" in str(refused.value)

@@ -412,8 +412,7 @@ def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
                 hint=f"Set {statement.dsn_env} to a libpq connection string or a JDBC URL "
                 "before the run.",
             )
-    connection = {"url": dsn} if dsn and dsn.startswith("jdbc:") else {"dsn": dsn}
-    return Extraction(name=statement.name, table=statement.table, **connection, **statement.options)
+    return Extraction(name=statement.name, dsn=dsn, table=statement.table, **statement.options)
 
 
 @contextlib.contextmanager

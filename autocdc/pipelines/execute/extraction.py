@@ -49,6 +49,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from autocdc.engine.errors import AutoCdcError
+from autocdc.engine.faults import crash_point
 from autocdc.engine.spec import ColumnOrSql, to_column
 from autocdc.engine.tables import ident
 from autocdc.pipelines.execute import lock
@@ -224,6 +225,7 @@ class Jdbc:
             path = self.staged / f"jdbc-attempt-{attempt}"
             try:
                 rows = jdbcextract.read(self.spark, self.source, self.table, batches, path)
+                crash_point("extract_mid_read")  # staged, not applied
                 count = rows.count()
                 acc = jdbcextract.accumulator(cursor, checkpoint, rows) if count else None
                 return jdbcextract.typed(rows, self.source.columns), acc, count
