@@ -71,7 +71,7 @@ class Table:
 
 def connection(source: Extraction) -> dict[str, str]:
     """The read's JDBC options: the driver, the credentials (the password read now, from
-    the environment or a file, and never kept on the source), the session statement."""
+    the environment or a file, and never kept on the source), MariaDB's quoting mode."""
     assert source.url is not None
     subprotocol = source.url.split(":", 2)[1].lower()
     options = {"url": source.url, **source.properties}

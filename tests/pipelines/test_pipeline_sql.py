@@ -376,6 +376,22 @@ def test_extraction_source_with_every_clause() -> None:
     assert one("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LOOKBACK 2.5").options == {
         "lookback": Decimal("2.5")
     }
+    jdbc = one(
+        "CREATE EXTRACTION SOURCE s FROM t STRATEGY STATELESS CONNECTION 'jdbc:mariadb://db/x' "
+        "OPTIONS (user = 'r', password_env = 'P', partition_column = 'id', num_partitions = 4, "
+        "retries = 2)"
+    )
+    assert (jdbc.dsn, jdbc.options) == (
+        "jdbc:mariadb://db/x",
+        {
+            "strategy": "STATELESS",
+            "user": "r",
+            "password_env": "P",
+            "partition_column": "id",
+            "num_partitions": 4,
+            "options": {"retries": 2},
+        },
+    )
 
 
 def test_unsupported_statement_names_the_supported_ones() -> None:
