@@ -289,7 +289,11 @@ class ExtractionOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_concurrency: int = Field(default=1, description="Batches read at once (threads).")
+    max_concurrency: int | None = Field(
+        default=None,
+        description="Queries at once: a `dsn` source's batches, in threads (default 1); a "
+        "`url` source's partitions, on the executors (default: all, as cores allow).",
+    )
     retries: int = Field(
         default=1,
         description="Times a failed batch is read again, clamped to 1..5: a run always "
@@ -313,7 +317,7 @@ class ExtractionOptions(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ExtractionOptions:
         for option in ("max_concurrency", "page_rows"):
-            if getattr(self, option) < 1:
+            if (getattr(self, option) or 1) < 1:
                 raise SourceOptionError(
                     option=option,
                     source="extraction",

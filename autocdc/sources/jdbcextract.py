@@ -268,17 +268,25 @@ def _ranges(spark: SparkSession, source: Extraction, table: Table, where: str) -
 
 
 def read(
-    spark: SparkSession, source: Extraction, table: Table, batches: list[Batch], path: Path
+    spark: SparkSession,
+    source: Extraction,
+    table: Table,
+    batches: list[Batch],
+    path: Path,
+    most: int | None = None,
 ) -> DataFrame:
     """Every batch, as partitions of one read, written once to Parquet at ``path`` (what
     the load and the accumulators read); the staged rows, as Spark's JDBC source typed
-    them."""
+    them. ``most``: the partitions are read by that many tasks at most, each running its
+    queries one after another, so the database never sees more at once."""
     predicates = [predicate(b) for b in batches]
     if source.partition_column is not None:
         predicates = [p for where in predicates for p in _ranges(spark, source, table, where)]
     options = connection(source)
     url = options.pop("url")
     frame = spark.read.jdbc(url, table.name, predicates=predicates, properties=options)
+    if most is not None and len(predicates) > most:
+        frame = frame.coalesce(most)
     frame.write.mode("overwrite").parquet(str(path))
     return spark.read.parquet(str(path))
 

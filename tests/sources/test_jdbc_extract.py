@@ -47,9 +47,10 @@ def test_literals_and_predicates_read_the_same_in_every_database():
 
 
 def test_watermark_reads_on_executors_checkpoints_and_rereads_ties(spark, tmp_path):
-    """The first run reads all 40 rows in 4 partitions of ``id``; the checkpoint is the
-    greatest ``updated_at`` as text; a row written later at that same time (a coarse
-    clock) and a newer one are read by the next run, with the ties read again."""
+    """The first run reads all 40 rows in 4 partitions of ``id`` (in 2 tasks with
+    ``max_concurrency=2``); the checkpoint is the greatest ``updated_at`` as text; a row
+    written later at that same time (a coarse clock) and a newer one are read by the next
+    run, with the ties read again."""
     rows = [(i, f"n{i}", f"2024-05-01 10:00:{i % 20:02d}") for i in range(1, 41)]
     url = _db(
         tmp_path / "shop.db",
@@ -66,8 +67,11 @@ def test_watermark_reads_on_executors_checkpoints_and_rereads_ties(spark, tmp_pa
         num_partitions=4,
     )
     step = extracting.step(tmp_path, src)
-    done = step.run(spark, ExtractionOptions(), lambda df, _: (df.dtypes, collect(df)))
-    dtypes, got = done.result
+    done = step.run(
+        spark, ExtractionOptions(), lambda df, _: (df.dtypes, collect(df), len(df.inputFiles()))
+    )
+    dtypes, got, files = done.result
+    assert files == 4  # a task per partition: 4 queries at once, as cores allow
     assert dtypes == [
         ("id", "int"),
         ("name", "string"),
@@ -86,6 +90,9 @@ def test_watermark_reads_on_executors_checkpoints_and_rereads_ties(spark, tmp_pa
     again = step.run(spark, ExtractionOptions(), collect)
     assert [r[:2] for r in again.result] == [(19, "n19"), (39, "n39"), (41, "tie"), (42, "new")]
     assert again.checkpoint == {"updated_at": "2024-05-01 10:00:20"}
+    bounded = extracting.step(tmp_path, src, "bounded")  # 2 tasks, 2 queries each in turn
+    files = bounded.run(spark, ExtractionOptions(max_concurrency=2), lambda df, _: df.inputFiles())
+    assert len(files.result) == 2 and files.rows == 42
 
 
 def test_a_limit_bounds_each_run_and_a_lookback_reads_behind_the_checkpoint(spark, tmp_path):

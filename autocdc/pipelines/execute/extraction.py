@@ -198,8 +198,8 @@ class Step:
 
 class Jdbc:
     """One run's reads of a ``url`` source (:mod:`autocdc.sources.jdbcextract`): every
-    batch a partition of one Spark read, staged once, read again as a whole after a
-    failure up to ``retries`` times."""
+    batch a partition of one Spark read (at most ``max_concurrency`` queries at once),
+    staged once, read again as a whole after a failure up to ``retries`` times."""
 
     def __init__(self, spark: SparkSession, source: extract.Extraction, staged: Path) -> None:
         self.spark, self.source, self.staged = spark, source, staged
@@ -224,7 +224,9 @@ class Jdbc:
         while True:
             path = self.staged / f"jdbc-attempt-{attempt}"
             try:
-                rows = jdbcextract.read(self.spark, self.source, self.table, batches, path)
+                rows = jdbcextract.read(
+                    self.spark, self.source, self.table, batches, path, options.max_concurrency
+                )
                 crash_point("extract_mid_read")  # staged, not applied
                 count = rows.count()
                 acc = jdbcextract.accumulator(cursor, checkpoint, rows) if count else None
@@ -267,7 +269,7 @@ class Reader:
         first batch that fails for good fails the run: batches not started are cancelled,
         the ones running end first."""
         pool = ThreadPoolExecutor(
-            self.options.max_concurrency, thread_name_prefix="autocdc-extract"
+            self.options.max_concurrency or 1, thread_name_prefix="autocdc-extract"
         )
         try:
             futures: list[Future[Read]] = [
