@@ -317,7 +317,7 @@ class ExtractionOptions(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ExtractionOptions:
         for option in ("max_concurrency", "page_rows"):
-            if (getattr(self, option) or 1) < 1:
+            if getattr(self, option) is not None and getattr(self, option) < 1:
                 raise SourceOptionError(
                     option=option,
                     source="extraction",

@@ -233,7 +233,10 @@ def newest(spark: SparkSession, source: Extraction, table: Table) -> dict[str, A
         for o in source.cdc_order
     ]
     where = predicate(Batch().narrowed(source.where))
-    return _one_row(_query(spark, source, f"SELECT * FROM {table.name} WHERE {where}").agg(*picks))
+    named = ", ".join(ident(o.column) for o in source.cdc_order)
+    return _one_row(
+        _query(spark, source, f"SELECT {named} FROM {table.name} WHERE {where}").agg(*picks)
+    )
 
 
 def edge(

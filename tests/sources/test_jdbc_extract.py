@@ -196,11 +196,11 @@ def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_s
     )
     said, real, calls = [], jdbcextract.read, []
 
-    def flaky(*args):
-        calls.append(args[-1])
+    def flaky(spark, source, table, batches, path, most):
+        calls.append(path)
         if len(calls) == 1:
             raise OSError("connection reset")
-        return real(*args)
+        return real(spark, source, table, batches, path, most)
 
     monkeypatch.setattr(jdbcextract, "read", flaky)
     src = Extraction(name="f", url=url, table="t", cdc_order=["at"])
