@@ -116,7 +116,9 @@ class Cursor(Protocol):
     accumulator with one that saw fewer rows must keep what it saw, as a maximum does).
     Accumulators are JSON values (and Decimal); ``fold`` may change ``acc`` in place.
     Batches are read in threads: the hooks of one cursor run at once, so what a batch
-    learns belongs in its accumulator, never on the cursor."""
+    learns belongs in its accumulator, never on the cursor. A ``url`` source folds each
+    partition of the staged read (not each batch) into its own seed, in a copy of the
+    cursor on an executor, then merges those accumulators."""
 
     def batches(self, checkpoint: Any) -> Iterable[Batch | str]: ...
 
@@ -454,9 +456,9 @@ class Extraction(BaseModel):
                 fix="Give a JDBC URL, e.g. jdbc:mariadb://host:3306/shop, "
                 "jdbc:postgresql://host/shop or jdbc:sqlite:/path/shop.db.",
             )
-        jdbc_only = ("user", "password_env", "password_file", "partition_column")
+        jdbc_only = ("user", "password_env", "password_file", "partition_column", "properties")
         for option in jdbc_only if self.url is None else ():
-            if getattr(self, option) is not None:
+            if getattr(self, option):
                 raise option_error(
                     source=self.name,
                     option=option,

@@ -8,11 +8,14 @@ read those files, so they see the same rows even when the table changes meanwhil
 second query of the table would not). WATERMARK's accumulator is an aggregation; CUSTOM's
 ``fold`` runs per partition on the executors and ``merge`` combines the partitions'.
 
-Values reach the cursor and the checkpoint as the PostgreSQL path gives them: numbers as
-numbers, timestamps and dates as text (``2024-05-01 10:00:00.000000``, in the session's
-time zone, which sorts as time), so the checkpoint file reads the same whatever the
-database. Predicates are plain SQL with double-quoted names; a MariaDB or MySQL session
-is put in ANSI_QUOTES mode (and NO_BACKSLASH_ESCAPES, so a literal means what it says).
+Values reach the cursor and the checkpoint as JSON-like values: numbers as numbers (as
+Spark's JDBC mapping types them), timestamps and dates as text (``2024-05-01
+10:00:00.000000``, which sorts as time; a timestamp without a zone is read through the
+JVM's default zone, formatted in the session's: keep the two equal, UTC by default here).
+Predicates are plain SQL with double-quoted names; a MariaDB session is put in
+ANSI_QUOTES mode (and NO_BACKSLASH_ESCAPES, so a literal means what it says). The small
+queries a run plans with (the newest values, a limit's edge, a batch's range) aggregate
+in the database, typed as their column (``customSchema``): no column is pulled whole.
 """
 
 from __future__ import annotations
@@ -32,12 +35,27 @@ from typing import Any
 from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    DateType,
+    NumericType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
-from autocdc.sources.errors import SourceOptionError
-from autocdc.sources.extract import Batch, Cursor, Extraction, Limit, ident, option_error
+from autocdc.sources.errors import BadBatchError, SourceOptionError
+from autocdc.sources.extract import (
+    Batch,
+    Cursor,
+    Extraction,
+    Limit,
+    Watermark,
+    ident,
+    option_error,
+)
 
 TIME_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+FETCH_ROWS = 10_000  # rows per round trip of a partition's query
 DRIVERS = {  # the JDBC URL's subprotocol -> the driver class the session's jars carry
     "postgresql": "org.postgresql.Driver",
     "mariadb": "org.mariadb.jdbc.Driver",
@@ -88,6 +106,7 @@ def connection(source: Extraction) -> dict[str, str]:
         options["driver"] = DRIVERS[subprotocol]
     if subprotocol == "mariadb":
         options = ANSI_SESSION | options
+    options.setdefault("fetchsize", str(FETCH_ROWS))  # else some drivers hold a whole read
     if source.user is not None:
         options["user"] = source.user
     if source.password_env is not None:
@@ -135,9 +154,13 @@ def literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def predicate(batch: Batch) -> str:
+def predicate(batch: Batch, source: str = "?") -> str:
     """A batch's predicate with its parameters written in as literals (Spark's JDBC reads
-    take SQL text, not parameters)."""
+    take SQL text, not parameters); as many parameters as placeholders, as psycopg wants."""
+    slots = [m for m in _PLACEHOLDER.findall(batch.where) if m == "%s"]
+    if len(slots) != len(batch.params):
+        raise BadBatchError(source=source, value=f"{batch.where!r} with {len(batch.params)} "
+                            f"parameters for {len(slots)} placeholders")  # fmt: skip
     params = iter(batch.params)
     return _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else literal(next(params)), batch.where)
 
@@ -146,10 +169,22 @@ def _reader(spark: SparkSession, source: Extraction) -> Any:
     return spark.read.format("jdbc").options(**connection(source))
 
 
-def _query(spark: SparkSession, source: Extraction, sql: str) -> DataFrame:
-    """``sql``'s rows. Aggregates over them are Spark's (pushed to the database where its
-    dialect can): a driver may type a database's aggregate otherwise than its column."""
-    return _reader(spark, source).option("query", sql).option("pushDownAggregate", "true").load()
+def _query(
+    spark: SparkSession, source: Extraction, sql: str, types: str | None = None
+) -> DataFrame:
+    """``sql``'s rows; ``types`` (Spark DDL) types its columns: a driver may type an
+    aggregate otherwise than its column (SQLite's ``max`` of text is NUMERIC)."""
+    reader = _reader(spark, source).option("query", sql)
+    return (reader if types is None else reader.option("customSchema", types)).load()
+
+
+def _typed(table: Table, **columns: str) -> str:
+    """``customSchema`` for query columns named as the keys, each typed as the table's
+    column it names."""
+    return ", ".join(
+        f"{ident_spark(alias)} {table.struct[column].dataType.simpleString()}"
+        for alias, column in columns.items()
+    )
 
 
 def plain(frame: DataFrame) -> DataFrame:
@@ -187,10 +222,11 @@ def describe(spark: SparkSession, source: Extraction) -> Table:
     except SourceOptionError:
         raise
     except Exception as error:
+        subprotocol = source.url.split(":", 2)[1]  # never the URL: it may hold a password
         raise option_error(
             source=source.name,
             option="table",
-            problem=f"could not be read through {source.url.split('?')[0]} ({gist(error)})",
+            problem=f"could not be read through jdbc:{subprotocol} ({gist(error)})",
             fix="Check the URL, the table's name, the user's password and its SELECT "
             "permission on the table.",
         ) from None
@@ -205,6 +241,16 @@ def describe(spark: SparkSession, source: Extraction) -> Table:
             option="cdc_order" if unknown[0] != source.partition_column else "partition_column",
             problem=f"names {unknown}, which {source.table} does not have ({list(table.columns)})",
             fix="Name columns of the table.",
+        )
+    if source.partition_column is not None and not isinstance(
+        struct[source.partition_column].dataType, NumericType
+    ):
+        raise option_error(
+            source=source.name,
+            option="partition_column",
+            problem=f"names {source.partition_column!r}, which is "
+            f"{struct[source.partition_column].dataType.simpleString()}, not a number",
+            fix="Name a numeric column (the key, say): batches split into ranges of it.",
         )
     if source.columns is not None:
         declared = StructType.fromDDL(source.columns).fieldNames()
@@ -228,42 +274,44 @@ def newest(spark: SparkSession, source: Extraction, table: Table) -> dict[str, A
     """Per ``cdc_order`` column, the newest value in scope, as the checkpoint holds it."""
     if not source.cdc_order:
         return {}
-    picks = [
-        (F.min if o.descending else F.max)(ident_spark(o.column)).alias(o.column)
+    picks = ", ".join(
+        f"{'min' if o.descending else 'max'}({ident(o.column)}) AS {ident(o.column)}"
         for o in source.cdc_order
-    ]
-    where = predicate(Batch().narrowed(source.where))
-    named = ", ".join(ident(o.column) for o in source.cdc_order)
-    return _one_row(
-        _query(spark, source, f"SELECT {named} FROM {table.name} WHERE {where}").agg(*picks)
     )
+    where = predicate(Batch().narrowed(source.where))
+    types = _typed(table, **{o.column: o.column for o in source.cdc_order})
+    return _one_row(_query(spark, source, f"SELECT {picks} FROM {table.name} WHERE {where}", types))
 
 
 def edge(
     spark: SparkSession, source: Extraction, table: Table, limit: Limit, checkpoint: Any
 ) -> Any:
-    """Where a run with ``limit`` stops (see :func:`autocdc.sources.pgextract.edge`): the
-    sort and limit are Spark's, pushed to the database where its dialect can."""
-    column = limit.order.column
+    """Where a run with ``limit`` stops (see :func:`autocdc.sources.pgextract.edge`), found
+    by the database (``ORDER BY ... LIMIT``: PostgreSQL, MariaDB, MySQL, SQLite)."""
+    column, descending = limit.order.column, limit.order.descending
     beyond = predicate(limit.beyond(checkpoint).narrowed(source.where))
-    values = _query(spark, source, f"SELECT {ident(column)} FROM {table.name} WHERE {beyond}")
-    first = F.col(ident_spark(column))
-    top = values.orderBy(first.desc() if limit.order.descending else first.asc()).limit(limit.rows)
-    pick = F.min(first) if limit.order.descending else F.max(first)
-    return _one_row(top.agg(pick.alias(column))).get(column)
+    sql = (
+        f"SELECT {'min' if descending else 'max'}(v) AS v FROM (SELECT {ident(column)} AS v "
+        f"FROM {table.name} WHERE {beyond} ORDER BY v {'DESC' if descending else 'ASC'} "
+        f"LIMIT {int(limit.rows)}) edge"
+    )
+    return _one_row(_query(spark, source, sql, _typed(table, v=column))).get("v")
 
 
 def _ranges(spark: SparkSession, source: Extraction, table: Table, where: str) -> list[str]:
     """``where`` split on ``partition_column`` into ``num_partitions`` ranges between its
     least and greatest value there (NULLs in the first), as Spark splits a numeric column."""
-    column = ident(source.partition_column or "")
-    scoped = _query(spark, source, f"SELECT {column} FROM {table.name} WHERE {where}")
-    first = F.col(ident_spark(source.partition_column or ""))
-    bounds = scoped.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
+    name = source.partition_column or ""
+    column = ident(name)
+    sql = f"SELECT min({column}) AS lo, max({column}) AS hi FROM {table.name} WHERE {where}"
+    bounds = _query(spark, source, sql, _typed(table, lo=name, hi=name)).first()
     if bounds is None or bounds["lo"] is None or bounds["lo"] == bounds["hi"]:
         return [where]
     lo, hi, n = bounds["lo"], bounds["hi"], source.num_partitions
-    cuts = sorted({lo + (hi - lo) * i / n for i in range(1, n)})
+    whole = isinstance(lo, int)  # whole cuts (rounded up, so above lo) keep an index usable
+    cuts = sorted(
+        {lo + (-((lo - hi) * i // n) if whole else (hi - lo) * i / n) for i in range(1, n)}
+    )
     terms = [f"{column} < {literal(cuts[0])} OR {column} IS NULL"]
     terms += [f"{column} >= {literal(a)} AND {column} < {literal(b)}" for a, b in pairwise(cuts)]
     terms.append(f"{column} >= {literal(cuts[-1])}")
@@ -282,7 +330,7 @@ def read(
     the load and the accumulators read); the staged rows, as Spark's JDBC source typed
     them. ``most``: the partitions are read by that many tasks at most, each running its
     queries one after another, so the database never sees more at once."""
-    predicates = [predicate(b) for b in batches]
+    predicates = [predicate(b, source.name) for b in batches]
     if source.partition_column is not None:
         predicates = [p for where in predicates for p in _ranges(spark, source, table, where)]
     options = connection(source)
@@ -297,12 +345,12 @@ def read(
 def accumulator(cursor: Cursor, checkpoint: Any, rows: DataFrame) -> Any:
     """The next checkpoint's accumulator from the staged rows: WATERMARK's an aggregation,
     a CUSTOM cursor's ``fold`` per partition on the executors, then ``merge``."""
-    order = getattr(cursor, "order", None)
     seed = cursor.seed(checkpoint)
-    if order is not None:  # WATERMARK
+    if isinstance(cursor, Watermark):
         values = plain(rows)
         picks = [
-            (F.min if o.descending else F.max)(ident_spark(o.column)).alias(o.column) for o in order
+            (F.min if o.descending else F.max)(ident_spark(o.column)).alias(o.column)
+            for o in cursor.order
         ]
         return cursor.merge(seed, values.agg(*picks).first().asDict())
 

@@ -16,7 +16,7 @@ from projects import run, write_project
 
 from autocdc.pipelines.execute.checkpoint import FILE
 from autocdc.sources import jdbcextract
-from autocdc.sources.errors import BatchFailedError, SourceOptionError
+from autocdc.sources.errors import BadBatchError, BatchFailedError, SourceOptionError
 from autocdc.sources.extract import Batch, Extraction, ExtractionOptions
 
 
@@ -37,6 +37,8 @@ def test_literals_and_predicates_read_the_same_in_every_database():
     assert jdbcextract.quoted_table('shop."My Items"') == '"shop"."My Items"'
     assert jdbcextract.literal(["eu", 'a"b', None]) == """'{"eu","a\\"b",NULL}'"""
     assert Extraction(name="s", dsn="jdbc:sqlite:x", table="t", strategy="STATELESS").url
+    with pytest.raises(BadBatchError):
+        jdbcextract.predicate(Batch("a = %s AND b = %s", (1,)))
     with pytest.raises(SourceOptionError) as refused:
         Extraction(name="s", url="jdbc:sqlite:x", dsn="dbname=x", table="t", strategy="STATELESS")
     assert "Give one connection" in str(refused.value)
@@ -173,11 +175,16 @@ def test_a_custom_cursor_folds_on_the_executors_and_declared_types_quarantine_mi
     assert step.run(spark, ExtractionOptions(), collect).checkpoint == 25
 
 
-def test_misconfigurations_fail_before_anything_is_read_with_a_fix(spark, tmp_path, monkeypatch):
+def test_misconfigurations_fail_before_anything_is_read_with_a_fix(spark, tmp_path):
     url = _db(tmp_path / "x.db", "CREATE TABLE t (id INTEGER, at TEXT)")
     cases = [
         (dict(url=url, table="nope"), "table", "Check the URL, the table's name"),
         (dict(url=url, table="t", cdc_order=["missing"]), "cdc_order", "Name columns"),
+        (
+            dict(url=url, table="t", partition_column="at", num_partitions=2),
+            "partition_column",
+            "numeric",
+        ),
         (dict(url="jdbc:oracle:thin:@h:1521/x", table="t"), "url", "properties={'driver'"),
         (dict(url=url, table="t", password_env="AUTOCDC_NO_SUCH"), "password_env", "Set "),
     ]
@@ -191,16 +198,20 @@ def test_misconfigurations_fail_before_anything_is_read_with_a_fix(spark, tmp_pa
 def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_stays(
     spark, tmp_path, monkeypatch
 ):
+    """The first attempt stages its rows, then fails: the second reads them again, and
+    the run applies each row once. Then every attempt fails: the stored checkpoint stays
+    as it was, byte for byte."""
     url = _db(
         tmp_path / "f.db", "CREATE TABLE t (id INTEGER, at TEXT)", "INSERT INTO t VALUES (1, 'x')"
     )
-    said, real, calls = [], jdbcextract.read, []
+    said, real, calls, failing = [], jdbcextract.read, [], {1}
 
     def flaky(spark, source, table, batches, path, most):
         calls.append(path)
-        if len(calls) == 1:
+        rows = real(spark, source, table, batches, path, most)  # staged, then lost
+        if len(calls) in failing:
             raise OSError("connection reset")
-        return real(spark, source, table, batches, path, most)
+        return rows
 
     monkeypatch.setattr(jdbcextract, "read", flaky)
     src = Extraction(name="f", url=url, table="t", cdc_order=["at"])
@@ -209,13 +220,22 @@ def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_s
     assert (done.result, done.checkpoint) == ([(1, "x", None)], {"at": "x"})
     assert "the read failed (OSError: connection reset); reading it again (2 of 2)" in said[0]
     assert [p.name for p in calls] == ["jdbc-attempt-1", "jdbc-attempt-2"]
-    monkeypatch.setattr(jdbcextract, "read", real)
+
+    stored = (step.checkpoints / FILE).read_bytes()
+    _db(tmp_path / "f.db", "INSERT INTO t VALUES (2, 'y')")
+    failing |= {3, 4}
+    with pytest.raises(BatchFailedError) as failed:
+        step.run(spark, ExtractionOptions(retries=1), collect)
+    assert (
+        failed.value.params["attempts"] == 2 and "connection reset" in failed.value.params["error"]
+    )
+    assert (step.checkpoints / FILE).read_bytes() == stored
 
     broken = Extraction(name="g", url=url, table="t", strategy="STATELESS", where="no_such > 0")
+    monkeypatch.setattr(jdbcextract, "read", real)
     with pytest.raises(BatchFailedError) as failed:
         extracting.step(tmp_path, broken, "g").run(spark, ExtractionOptions(retries=1), collect)
-    assert failed.value.params["attempts"] == 2 and "no_such" in failed.value.params["error"]
-    assert not (tmp_path / "checkpoints" / "g" / FILE).exists()
+    assert "no_such" in failed.value.params["error"]  # the database's words
 
 
 PIPELINE = """

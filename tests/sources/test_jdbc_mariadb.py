@@ -76,8 +76,8 @@ def test_a_sql_declared_watermark_source_mirrors_a_mariadb_table(
         assert [(r.id, r.name, r.price) for r in current.collect()] == live
     assert live == [(1, "a", Decimal("1.50")), (111, "x", Decimal("-84.06"))]
     flows = overview.status(project.load(spec))["flows"]
-    lags = {f["extraction"]["checkpoint"]["updated_at"] for f in flows}
-    assert lags == {"2026-01-01 08:00:01.000000"}
+    checkpoints = {f["extraction"]["checkpoint"]["updated_at"] for f in flows}
+    assert checkpoints == {"2026-01-01 08:00:01.000000"}
     assert all(f["extraction"]["behind"] == {"updated_at": 0.0} for f in flows)
     written = [p.read_bytes() for p in (root / "storage").rglob("*") if p.is_file()]
     assert written and not any(READER_PASSWORD.encode() in w for w in written)

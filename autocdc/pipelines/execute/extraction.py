@@ -14,7 +14,8 @@ flow that takes a batch DataFrame):
    the flow before (:meth:`CheckpointFile.next_read`);
 3. read the batches, up to ``max_concurrency`` at once, each attempt into a fresh sink
    (memory, or staged files); a failed batch is read again up to ``retries`` times, after
-   which the run fails;
+   which the run fails (a ``url`` source: :class:`Jdbc`, one Spark read of every batch,
+   staged, read again whole after a failure);
 4. merge the batches' accumulators into the next checkpoint, in plan order, and check
    that it can be stored, before anything is written;
 5. apply every row read, as one batch, with the read's sequence (a later read of a row
@@ -229,7 +230,8 @@ class Jdbc:
                 )
                 crash_point("extract_mid_read")  # staged, not applied
                 count = rows.count()
-                acc = jdbcextract.accumulator(cursor, checkpoint, rows) if count else None
+                folding = count and self.source.keeps_checkpoint  # STATELESS keeps none
+                acc = jdbcextract.accumulator(cursor, checkpoint, rows) if folding else None
                 return jdbcextract.typed(rows, self.source.columns), acc, count
             except AutoCdcError:
                 raise
