@@ -43,6 +43,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from autocdc.engine.stage import CORRUPT_RECORD_CONF
+from autocdc.engine.tables import ident as quote
 from autocdc.sources.errors import BadBatchError, SourceOptionError
 from autocdc.sources.extract import (
     Batch,
@@ -50,6 +52,7 @@ from autocdc.sources.extract import (
     Extraction,
     Limit,
     Watermark,
+    advance,
     ident,
     option_error,
 )
@@ -82,9 +85,7 @@ class Table:
         """The Spark schema rows are typed with: ``declared``, else the driver's."""
         if declared is not None:
             return declared
-        return ", ".join(
-            f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in self.struct
-        )
+        return ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in self.struct)
 
 
 def connection(source: Extraction) -> dict[str, str]:
@@ -182,7 +183,7 @@ def _typed(table: Table, **columns: str) -> str:
     """``customSchema`` for query columns named as the keys, each typed as the table's
     column it names."""
     return ", ".join(
-        f"{ident_spark(alias)} {table.struct[column].dataType.simpleString()}"
+        f"{quote(alias)} {table.struct[column].dataType.simpleString()}"
         for alias, column in columns.items()
     )
 
@@ -192,17 +193,13 @@ def plain(frame: DataFrame) -> DataFrame:
     the checkpoint see (the same as the PostgreSQL path's, which sort as time)."""
     columns: list[Column] = []
     for f in frame.schema:
-        column = F.col(ident_spark(f.name))
+        column = F.col(quote(f.name))
         if isinstance(f.dataType, TimestampType | TimestampNTZType):
             column = F.date_format(column, TIME_TEXT)
         elif isinstance(f.dataType, DateType):
             column = column.cast("string")
         columns.append(column.alias(f.name))
     return frame.select(*columns)
-
-
-def ident_spark(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def quoted_table(name: str) -> str:
@@ -349,7 +346,7 @@ def accumulator(cursor: Cursor, checkpoint: Any, rows: DataFrame) -> Any:
     if isinstance(cursor, Watermark):
         values = plain(rows)
         picks = [
-            (F.min if o.descending else F.max)(ident_spark(o.column)).alias(o.column)
+            (F.min if o.descending else F.max)(quote(o.column)).alias(o.column)
             for o in cursor.order
         ]
         return cursor.merge(seed, values.agg(*picks).first().asDict())
@@ -363,10 +360,7 @@ def accumulator(cursor: Cursor, checkpoint: Any, rows: DataFrame) -> Any:
             acc = mine.fold(acc, row.asDict())
         yield acc
 
-    accs = plain(rows).rdd.mapPartitions(fold).collect()
-    for acc in accs:
-        seed = cursor.merge(seed, acc)
-    return seed
+    return advance(cursor, [seed, *plain(rows).rdd.mapPartitions(fold).collect()])
 
 
 def _by_value(cursor: Cursor) -> bytes:
@@ -396,16 +390,16 @@ def typed(rows: DataFrame, declared: str | None) -> DataFrame:
     type) or every column, and the corrupt-record column: the row's values as JSON where a
     value does not fit its declared type, so the flow quarantines it instead of changing
     it."""
-    corrupt = rows.sparkSession.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record")
+    corrupt = rows.sparkSession.conf.get(CORRUPT_RECORD_CONF, "_corrupt_record")
     if declared is None:
         return rows.select("*", F.lit(None).cast("string").alias(corrupt))
     fields = StructType.fromDDL(declared).fields
     values, misfits = [], []
     for f in fields:
-        raw = F.col(ident_spark(f.name))
+        raw = F.col(quote(f.name))
         cast = raw.try_cast(f.dataType)
         values.append(cast.alias(f.name))
         misfits.append(raw.isNotNull() & cast.isNull())
-    whole = F.to_json(F.struct(*[F.col(ident_spark(c)) for c in rows.columns]))
+    whole = F.to_json(F.struct(*[F.col(quote(c)) for c in rows.columns]))
     bad = F.when(functools.reduce(Column.__or__, misfits), whole)
     return rows.select(*values, bad.cast("string").alias(corrupt))
