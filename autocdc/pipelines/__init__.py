@@ -139,14 +139,16 @@ def create_debezium_source(
     topic_pattern: str | None = None,
     table: str | None = None,
     options: dict[str, str] | None = None,
+    transaction_id: str | None = None,
 ) -> None:
     """Declare ``name``, the change rows of a Debezium connector's Kafka topics (``topics``
     by name or ``topic_pattern``, a Java regex), read from the earliest offset: what
     :func:`autocdc.debezium_kafka` returns, with no glue code. ``row_schema``: the row's
     columns as Debezium writes them; ``connector``: ``"postgresql"`` or ``"mysql"``;
-    ``table``: one table of a multi-table topic; ``options``: Spark's Kafka source options.
-    An AUTO CDC flow reads it as ``source=name`` without ``sequence_by`` (its rows carry
-    BigQuery-style change columns). See docs/sources.md.
+    ``table``: one table of a multi-table topic; ``options``: Spark's Kafka source options;
+    ``transaction_id``: a column to add with each change's transaction id. An AUTO CDC
+    flow reads it as ``source=name`` without ``sequence_by`` (its rows carry BigQuery-style
+    change columns). See docs/sources.md.
 
     >>> dp.create_debezium_source(name="customer_changes", bootstrap_servers="kafka:9092",
     ...     topics=["shop.public.customers"], row_schema="id INT, name STRING",
@@ -165,7 +167,12 @@ def create_debezium_source(
             problem=f"Debezium source `{name}` is an autocdc definition",
             hint="Run the pipeline with `autocdc run` (or dp.run).",
         )
-    given = {"topics": topics, "topic_pattern": topic_pattern, "table": table}
+    given = {
+        "topics": topics,
+        "topic_pattern": topic_pattern,
+        "table": table,
+        "transaction_id": transaction_id,
+    }
     registry.add_debezium(
         name,
         location,

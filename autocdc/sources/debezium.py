@@ -31,6 +31,12 @@ The position, section by section (each an unsigned 64-bit number in hex):
   sorting as text past ``.999999``), ``pos`` and ``row``. The binlog is written in commit
   order. ``row`` may be absent (0).
 
+With ``transaction_id`` set, the change's transaction is added as a text column of that
+name: the ``transaction.id`` of Debezium's transaction metadata when the connector sends
+it (``provide.transaction.metadata``), else PostgreSQL's ``source.txId`` or MySQL's
+``source.gtid`` (NULL without GTIDs). Like any column, it is stored in the target unless
+the flow leaves it out.
+
 An event that cannot be mapped (not JSON, a field of the wrong type, an unknown or NULL
 ``op``, no ``after`` for ``c``/``r``/``u`` or ``before`` for ``d``, a missing or malformed
 position) is kept, with its raw text in Spark's corrupt-record column: the flow
@@ -57,6 +63,7 @@ from autocdc.engine.change_rows import (
 from autocdc.engine.errors import UnknownConnectorError
 from autocdc.engine.sequences import hex_sequence
 from autocdc.engine.stage import CORRUPT_RECORD_CONF
+from autocdc.engine.tables import ident
 from autocdc.sources.errors import DebeziumTopicsError
 
 Connector = Literal["postgresql", "mysql"]
@@ -140,6 +147,7 @@ def _envelope(row: DataType) -> StructType:
             StructField("before", row),
             StructField("after", row),
             StructField("source", StringType()),  # kept as JSON text: fields vary by version
+            StructField("transaction", StringType()),
         ]
     )
 
@@ -154,12 +162,19 @@ def _source_table(connector: Connector, source: Column) -> Column:
     return F.when(name.isNotNull(), F.concat_ws(".", space, name))
 
 
+def _transaction(connector: Connector, event: Column) -> Column:
+    """The event's transaction id as text (see the module docstring)."""
+    own = _field(event["source"], "txId" if connector == "postgresql" else "gtid")
+    return F.coalesce(_field(event["transaction"], "id"), own)
+
+
 def debezium_changes(
     events: DataFrame,
     row_schema: str | StructType,
     connector: Connector,
     value: str = "value",
     table: str | None = None,
+    transaction_id: str | None = None,
 ) -> DataFrame:
     """Debezium event values (JSON text or bytes, e.g. Kafka's ``value`` or the lines of
     ``spark.read.text``) as change rows: ``row_schema``'s columns, ``_CHANGE_TYPE``,
@@ -171,7 +186,8 @@ def debezium_changes(
     ``table`` (``schema.table``, MySQL ``db.table``) keeps only that table's events, for a
     topic that carries several; an event that names no table cannot be placed and is kept,
     to be quarantined. Tombstones (a NULL or blank value, or ``{"schema": null,
-    "payload": null}``) carry no change and are skipped.
+    "payload": null}``) carry no change and are skipped. ``transaction_id``: the name of a
+    column to add with each change's transaction id.
 
     >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",
     ...                            "postgresql")  # doctest: +SKIP
@@ -221,12 +237,17 @@ def debezium_changes(
         & ((op == "t") | image.isNotNull())
         & position.isNotNull()
     )
+    added = [transaction_id] if transaction_id else []
     return parsed.select(
         image.alias("image"),
+        *[_transaction(connector, event).alias(name) for name in added],
         change_type.alias(CHANGE_TYPE),
         position.alias(CHANGE_SEQUENCE_NUMBER),
         F.when(~F.coalesce(mapped, F.lit(False)), F.col("raw")).alias(corrupt),
-    ).select("image.*", CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt)
+    ).select(
+        "image.*",
+        *[F.col(ident(n)) for n in [*added, CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt]],
+    )
 
 
 def check(connector: str | None, topics: list[str] | None, topic_pattern: str | None) -> None:
@@ -247,12 +268,14 @@ def debezium_kafka(
     topic_pattern: str | None = None,
     table: str | None = None,
     options: dict[str, str] | None = None,
+    transaction_id: str | None = None,
 ) -> DataFrame:
     """A Debezium connector's Kafka topics as a stream of change rows (see
     :func:`debezium_changes`): ``topics`` by name or ``topic_pattern`` (a Java regex), read
     from the earliest offset by default, so a new mirror starts with the connector's
     snapshot. ``options`` are Spark's Kafka source options (``kafka.*`` for the client,
-    ``startingOffsets``, ``maxOffsetsPerTrigger``, ...). The streaming query's checkpoint
+    ``startingOffsets``, ``maxOffsetsPerTrigger``, ...); ``transaction_id`` names a column
+    for each change's transaction id. The streaming query's checkpoint
     keeps the offsets; the flow absorbs what Kafka delivers again after a crash.
 
     >>> changes = debezium_kafka(spark, bootstrap_servers="broker:9092",
@@ -271,4 +294,6 @@ def debezium_kafka(
         reader = reader.option("subscribePattern", topic_pattern)
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
-    return debezium_changes(reader.load(), row_schema, connector, table=table)
+    return debezium_changes(
+        reader.load(), row_schema, connector, table=table, transaction_id=transaction_id
+    )

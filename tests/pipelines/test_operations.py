@@ -147,7 +147,13 @@ def test_status_and_history_json(spark, ran, monkeypatch, capsys):
     assert flow["live_rows"] == len(fold_scd1(A + B + C))
     assert flow["quarantined"] == {"total": 1, "by_reason": {"AUTOCDC_NULL_KEY": 1}}
     assert flow["tombstones_live"] == last.tombstones_live
-    assert flow["lag"] == {"files": 0, "bytes": 0, "versions": None, "oldest_age_seconds": None}
+    assert flow["lag"] == {
+        "files": 0,
+        "bytes": 0,
+        "versions": None,
+        "records": None,
+        "oldest_age_seconds": None,
+    }
     assert flow["last_run"]["status"] == "finished"
 
     drop(root, "4", C[:1])  # not run: status sees it now, from the source folder

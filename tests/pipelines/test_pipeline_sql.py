@@ -461,7 +461,7 @@ def test_debezium_source() -> None:
     source = one(
         "CREATE DEBEZIUM SOURCE changes FROM KAFKA 'broker:9092'\n"
         "  TOPIC PATTERN 'shop\\\\..*' CONNECTOR MySQL\n"
-        "  SCHEMA (id INT, name STRING) TABLE 'shop.customers'\n"
+        "  SCHEMA (id INT, name STRING) TABLE 'shop.customers' TRANSACTION ID AS `tx id`\n"
         "  OPTIONS (maxOffsetsPerTrigger = 1000, failOnDataLoss = false)"
     )
     assert source == DebeziumStatement(
@@ -472,6 +472,7 @@ def test_debezium_source() -> None:
             "row_schema": "id INT, name STRING",
             "topic_pattern": "shop\\..*",
             "table": "shop.customers",
+            "transaction_id": "tx id",
             "options": {"maxOffsetsPerTrigger": "1000", "failOnDataLoss": "false"},
         },
         location=Location("p.sql", 1, 1),

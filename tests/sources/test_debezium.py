@@ -24,6 +24,7 @@ from autocdc.sources.errors import DebeziumTopicsError
 DATA = Path(__file__).parent / "data" / "debezium"
 EXAMPLE = ROOT / "pipelines" / "debezium"
 ROW = "id INT, name STRING, city STRING"
+OUT_EXTRA = ["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER", "_corrupt_record"]
 OUT = f"{ROW}, _CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, _corrupt_record STRING"
 BAD_PG, BAD_MYSQL = 6, 4  # malformed events at the end of postgres-1 and mysql-1
 
@@ -186,6 +187,38 @@ def test_old_style_tombstones_are_skipped_and_a_topics_other_tables_left_out(spa
         (1, True),
         (3, False),
     ]
+
+
+def test_the_transaction_id_is_added_when_asked(spark):
+    """Debezium's transaction metadata first, else the connector's own id in ``source``;
+    a column only when named (its name may need quoting)."""
+
+    def event(source: dict, transaction: dict | None = None) -> str:
+        after = {"id": 1, "name": "n", "city": "c"}
+        envelope = {"op": "c", "after": after, "source": source, "transaction": transaction}
+        return json.dumps(envelope)
+
+    pg = {"sequence": '[null, "100"]', "lsn": 100}
+    mysql = {"file": "mysql-bin.000003", "pos": 7}
+    values = [
+        ("postgresql", event({**pg, "txId": 771})),
+        ("postgresql", event({**pg, "txId": 771}, {"id": "771:100", "total_order": 1})),
+        ("mysql", event({**mysql, "gtid": "0-1-42"})),
+        ("mysql", event(mysql)),
+    ]
+    found = []
+    for connector, value in values:
+        events = spark.createDataFrame([(value,)], "value string")
+        changes = autocdc.debezium_changes(events, ROW, connector, transaction_id="tx.id")
+        found.append(changes.select("`tx.id`", "_corrupt_record").first())
+    assert [tuple(r) for r in found] == [
+        ("771", None),
+        ("771:100", None),
+        ("0-1-42", None),
+        (None, None),
+    ]
+    plain = autocdc.debezium_changes(events, ROW, "mysql")
+    assert plain.columns == ["id", "name", "city", *OUT_EXTRA]
 
 
 @pytest.mark.parametrize("topics", [{}, {"topics": ["a"], "topic_pattern": "a.*"}])

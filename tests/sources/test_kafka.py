@@ -16,6 +16,9 @@ from pgserver import Server
 from processes import ROOT
 from projects import run
 
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.operations import overview
+
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = ROOT / "pipelines" / "debezium"
@@ -85,6 +88,13 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     quarantine = spark.table(f"{database}.customers__autocdc_quarantine").collect()
     assert [r.reason for r in quarantine] == ["AUTOCDC_MALFORMED_RECORD"]
 
+    # Lag, asked of the broker: nothing behind after the run, then two records arrive.
+    lag = overview.status(project.load(spec))["flows"][0]["lag"]
+    assert (lag["records"], lag["oldest_age_seconds"]) == (0, None)
+    produce(spark, broker.servers, [other_table, None])
+    lag = overview.status(project.load(spec))["flows"][0]["lag"]
+    assert lag["records"] == 2 and 0 <= lag["oldest_age_seconds"] < 60
+
 
 HISTORY = """
 from autocdc import pipelines as dp
@@ -96,6 +106,7 @@ dp.create_debezium_source(
     row_schema="id INT, name STRING, city STRING",
     connector="postgresql",
     table="public.customers",
+    transaction_id="txid",
 )
 dp.create_streaming_table("customers")
 dp.create_auto_cdc_flow(target="customers", source="changes", keys=["id"])
@@ -125,7 +136,8 @@ def test_debeziums_postgres_connector_through_kafka_mirrors_the_table(
     """The whole open-source path: PostgreSQL, Debezium's connector in Kafka Connect, the
     broker, a pipeline over the topic. Connect is killed and restarted once (it delivers
     again what followed its last flushed offset). After each round the SCD1 target equals
-    the table, and the SCD2 target's open rows equal it with one version per change."""
+    the table, and the SCD2 target's open rows equal it with one version per change, each
+    with its transaction's id."""
     server = Server().start()
     connect = None
     try:
@@ -167,6 +179,12 @@ def test_debeziums_postgres_connector_through_kafka_mirrors_the_table(
             5: [("Eve", "Rome"), ("Eve", "Turin")],
             6: [("Dan", "Bergen")],
         }
+        # The transaction id: one for the two rows inserted together, another for each
+        # single-statement transaction.
+        first = {k: history.where(f"id = {k}").orderBy("__START_AT").first().txid for k in (4, 5)}
+        assert first[4] == first[5] and first[4].isdigit()
+        updated = history.where("id = 1 AND name IS NULL").first().txid
+        assert updated.isdigit() and updated != first[4]
         quarantine = f"{database}.customers__autocdc_quarantine"
         # Made with its first quarantined row: nothing was.
         assert not spark.catalog.tableExists(quarantine)
@@ -199,7 +217,7 @@ def _mirror(spark, spec: Path, server: Server, database: str, rounds: int = 8) -
     expected = sorted(server.query("SELECT id, name, city FROM customers"))
     for _ in range(rounds):
         run(spark, spec)
-        scd1 = sorted(tuple(r) for r in spark.table(f"{database}.customers").collect())
+        scd1 = sorted(tuple(r)[:3] for r in spark.table(f"{database}.customers").collect())
         open_rows = spark.table(f"{database}.customers_history").where("__END_AT IS NULL")
         scd2 = sorted(tuple(r)[:3] for r in open_rows.collect())
         if scd1 == expected and scd2 == expected:

@@ -95,15 +95,17 @@ limit: "LIMIT"i NUMBER
 typed_columns: "COLUMNS"i schema
 extract_options: "OPTIONS"i "(" prop ("," prop)* ")"
 // a Debezium connector's Kafka topics: FROM KAFKA, TOPICS or TOPIC PATTERN, CONNECTOR,
-// SCHEMA (the row's columns), TABLE (one table of a multi-table topic), OPTIONS (Spark's)
+// SCHEMA (the row's columns), TABLE (one table of a multi-table topic), OPTIONS (Spark's),
+// TRANSACTION ID AS column (a column for each change's transaction id)
 _debezium_clause: kafka | topics | topic_pattern | connector | row_schema | source_table
-    | extract_options | comment
+    | transaction_column | extract_options | comment
 kafka: "FROM"i "KAFKA"i STRING
 topics: "TOPICS"i "(" STRING ("," STRING)* ")"
 topic_pattern: "TOPIC"i "PATTERN"i STRING
 connector: "CONNECTOR"i IDENT
 row_schema: "SCHEMA"i schema
 source_table: "TABLE"i STRING
+transaction_column: "TRANSACTION"i "ID"i "AS"i column
 
 name: _ident ("." _ident)*
 _ident: IDENT | QUOTED_IDENT
@@ -325,6 +327,7 @@ _CLAUSE_WORDS = {
     "connector": "CONNECTOR",
     "row_schema": "SCHEMA",
     "source_table": "TABLE",
+    "transaction_column": "TRANSACTION ID AS",
 }
 _PLAIN_NAME = re.compile(r"[^\W\d]\w*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
@@ -571,6 +574,8 @@ class _Builder(Transformer):
             options["topic_pattern"] = _unquote(c["topic_pattern"][0])
         if "source_table" in c:
             options["table"] = _unquote(c["source_table"][0])
+        if "transaction_column" in c:
+            options["transaction_id"] = c["transaction_column"][0]
         if "extract_options" in c:
             options["options"] = dict(c["extract_options"])
         return DebeziumStatement(name, options, self._loc(meta))

@@ -2,8 +2,8 @@
 
 All of it is driver-side and cheap, with no Spark job over user data: the query's plan
 names the sources, the checkpoint's offset log and file-source log say what was read,
-and a listing of the source folder (or of a source Delta table's ``_delta_log``) says
-what there is. Sources other than files and Delta tables have no lag (None).
+and a listing of the source folder (or of a source Delta table's ``_delta_log``, or a
+Kafka broker's end offsets) says what there is. Other sources have no lag (None).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from urllib.parse import quote, unquote, urlparse
 
 from pyspark.sql import DataFrame
 
+from autocdc.sources import kafkaoffsets
+
 FILE_FORMATS = {"json", "csv", "parquet", "orc", "text", "avro", "xml", "binaryfile"}
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 
@@ -27,11 +29,13 @@ _COMMIT = re.compile(r"^(\d{20})\.json$")
 @dataclass(frozen=True)
 class Lag:
     """Input not processed yet: files and bytes (file sources), versions (Delta sources),
-    and the age of the oldest of it. None where the sources cannot tell."""
+    records (Kafka sources), and the age of the oldest of it. None where the sources
+    cannot tell."""
 
     files: int | None = None
     bytes: int | None = None
     versions: int | None = None
+    records: int | None = None
     oldest_age_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -48,8 +52,10 @@ def _local(uri: str, root: Path) -> Path | None:
 
 def sources(df: DataFrame, root: Path) -> list[dict[str, Any]]:
     """The streaming sources of ``df`` in the order Spark numbers them in the checkpoint:
-    ``{"kind": "files" | "delta" | "other", "path": str | None}``. Relative paths are
-    the project's (``root``), as the runner has Spark resolve them."""
+    ``{"kind": "files" | "delta" | "kafka" | "other", "path": str | None}``, a Kafka
+    source with its ``servers`` and ``topics`` or ``pattern`` (never its other client
+    options, which may hold credentials). Relative paths are the project's (``root``), as
+    the runner has Spark resolve them."""
     found: list[dict[str, Any]] = []
     leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
     while leaves.hasNext():
@@ -62,9 +68,26 @@ def sources(df: DataFrame, root: Path) -> list[dict[str, Any]]:
             location = _local(given.get(), root) if given.isDefined() else None
             kind = "delta" if "delta" in fmt else "files" if fmt in FILE_FORMATS else "other"
             found.append({"kind": kind, "path": str(location) if location else None})
+        elif leaf.nodeName() == "StreamingRelationV2" and leaf.sourceName() == "kafka":
+            found.append(_kafka(leaf.extraOptions()))
         elif leaf.nodeName().startswith("StreamingRelation"):
             found.append({"kind": "other", "path": None})
     return found
+
+
+def _kafka(options: Any) -> dict[str, Any]:
+    """A Kafka source from its options (a case-insensitive Java map)."""
+    subscribed, assigned = options.get("subscribe"), options.get("assign")
+    topics = [t.strip() for t in subscribed.split(",")] if subscribed else None
+    if assigned:
+        topics = sorted(json.loads(assigned))
+    return {
+        "kind": "kafka",
+        "path": None,
+        "servers": options.get("kafka.bootstrap.servers"),
+        "topics": topics,
+        "pattern": options.get("subscribePattern"),
+    }
 
 
 def committed(checkpoint: Path) -> int | None:
@@ -204,11 +227,20 @@ def _delta_versions(table: Path) -> list[int]:
 
 def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoint: Path) -> Lag:
     """What the sources hold beyond offsets ``ends`` (one per source, as in ``offsets``)."""
-    files = size = versions = None
+    files = size = versions = records = None
     oldest: float | None = None
     now = time.time()
     for i, source in enumerate(found):
         end = ends[i] if i < len(ends) else None
+        if source["kind"] == "kafka":
+            waiting = kafkaoffsets.behind(
+                source["servers"], end, source["topics"], source["pattern"]
+            )
+            if waiting is not None:
+                records = (records or 0) + waiting.records
+                if waiting.oldest_age_seconds is not None:
+                    oldest = max(waiting.oldest_age_seconds, oldest or 0.0)
+            continue
         location = Path(source["path"]) if source["path"] else None
         if location is None:
             continue
@@ -234,7 +266,9 @@ def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoi
             continue
         if ages:
             oldest = max(ages + ([oldest] if oldest is not None else []))
-    return Lag(files=files, bytes=size, versions=versions, oldest_age_seconds=oldest)
+    return Lag(
+        files=files, bytes=size, versions=versions, records=records, oldest_age_seconds=oldest
+    )
 
 
 def lag_now(found: list[dict[str, Any]], checkpoint: Path) -> Lag:

@@ -37,6 +37,8 @@ def describe_lag(lag: Lag | None) -> str:
         parts.append(f"{lag.files} files ({lag.bytes or 0:,} bytes)")
     if lag.versions is not None:
         parts.append(f"{lag.versions} versions")
+    if lag.records is not None:
+        parts.append(f"{lag.records:,} records")
     if lag.oldest_age_seconds is not None:
         parts.append(f"oldest {lag.oldest_age_seconds:,.0f} s")
     return ", ".join(parts) or "-"
