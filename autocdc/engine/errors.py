@@ -331,20 +331,38 @@ class JarsUnresolvedError(EngineError):
 # How a Python worker's traceback names an autocdc error it raised, in the message of the
 # exception Spark wraps it in (PythonException, StreamingQueryException).
 _IN_WORKER = re.compile(r"^(autocdc(?:\.\w+)+)\.(\w+): \[(AUTOCDC_\w+)\] (.*)$", re.MULTILINE)
+# How Spark reports an autocdc error a query raised with ``raise_error`` (its text).
+_RAISED = re.compile(
+    r"\[USER_RAISED_EXCEPTION\] \[(AUTOCDC_\w+)\] (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE
+)
 
 
 def raised_in_worker(error: BaseException) -> AutoCdcError | None:
-    """The autocdc error a Python worker (a source's reader, a UDF) raised under
-    ``error``, rebuilt on the driver with its class and message (its params stay in the
-    worker's traceback); ``None`` when ``error`` carries none."""
-    found = _IN_WORKER.findall(str(error))
-    if not found:
+    """The autocdc error a Python worker (a source's reader, a UDF) or a query's
+    ``raise_error`` raised under ``error``, rebuilt on the driver with its class and message
+    (its params stay where it was raised); ``None`` when ``error`` carries none."""
+    text = str(error)
+    if found := _IN_WORKER.findall(text):
+        module, name, error_class, message = found[-1]
+        cls = getattr(importlib.import_module(module), name, None)
+    elif found := _RAISED.findall(text):
+        error_class, message = found[-1]
+        cls = _with_class(AutoCdcError, error_class)
+    else:
         return None
-    module, name, error_class, message = found[-1]
-    cls = getattr(importlib.import_module(module), name, None)
     if not (isinstance(cls, type) and issubclass(cls, AutoCdcError)):
         return None
     rebuilt = cls.__new__(cls)
     Exception.__init__(rebuilt, f"[{error_class}] {message}")
     rebuilt.params = {}
     return rebuilt
+
+
+def _with_class(base: type[AutoCdcError], error_class: str) -> type[AutoCdcError] | None:
+    """The subclass of ``base`` (imported so far) whose ``error_class`` is ``error_class``."""
+    for cls in base.__subclasses__():
+        if getattr(cls, "error_class", None) == error_class:
+            return cls
+        if (found := _with_class(cls, error_class)) is not None:
+            return found
+    return None

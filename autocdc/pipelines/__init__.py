@@ -133,8 +133,8 @@ def create_debezium_source(
     *,
     name: str,
     bootstrap_servers: str,
-    row_schema: str,
     connector: str,
+    row_schema: str | None = None,
     topics: list[str] | None = None,
     topic_pattern: str | None = None,
     table: str | None = None,
@@ -144,7 +144,8 @@ def create_debezium_source(
     """Declare ``name``, the change rows of a Debezium connector's Kafka topics (``topics``
     by name or ``topic_pattern``, a Java regex), read from the earliest offset: what
     :func:`autocdc.debezium_kafka` returns, with no glue code. ``row_schema``: the row's
-    columns as Debezium writes them; ``connector``: ``"postgresql"`` or ``"mysql"``;
+    columns as Debezium writes them (default: taken from the events' schemas when a run
+    begins); ``connector``: ``"postgresql"`` or ``"mysql"``;
     ``table``: one table of a multi-table topic; ``options``: Spark's Kafka source options;
     ``transaction_id``: a column to add with each change's transaction id. An AUTO CDC
     flow reads it as ``source=name`` without ``sequence_by`` (its rows carry BigQuery-style
@@ -168,6 +169,7 @@ def create_debezium_source(
             hint="Run the pipeline with `autocdc run` (or dp.run).",
         )
     given = {
+        "row_schema": row_schema,
         "topics": topics,
         "topic_pattern": topic_pattern,
         "table": table,
@@ -177,7 +179,6 @@ def create_debezium_source(
         name,
         location,
         bootstrap_servers=bootstrap_servers,
-        row_schema=row_schema,
         connector=connector,
         options=options,
         **{k: v for k, v in given.items() if v is not None},

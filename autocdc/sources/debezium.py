@@ -64,12 +64,16 @@ from autocdc.engine.errors import UnknownConnectorError
 from autocdc.engine.sequences import hex_sequence
 from autocdc.engine.stage import CORRUPT_RECORD_CONF
 from autocdc.engine.tables import ident
-from autocdc.sources.errors import DebeziumTopicsError
+from autocdc.sources import kafkabroker
+from autocdc.sources.debezium_schema import row_schema_of
+from autocdc.sources.errors import DebeziumSchemaChangedError, DebeziumTopicsError
 
 Connector = Literal["postgresql", "mysql"]
 CONNECTORS: tuple[str, ...] = ("postgresql", "mysql")
 
 MAX_UNSIGNED_64 = Decimal(2**64 - 1)
+# The newest events per partition whose schemas make a source's row schema.
+SCHEMA_SAMPLE = 100
 
 
 def _unsigned(text: Column) -> Column:
@@ -168,6 +172,16 @@ def _transaction(connector: Connector, event: Column) -> Column:
     return F.coalesce(_field(event["transaction"], "id"), own)
 
 
+def _refuse_new_columns(text: Column, row: StructType, table: str | None) -> Column:
+    """NULL, or (raised) the error for an event whose ``after`` has fields ``row`` lacks."""
+    image = F.coalesce(*(F.get_json_object(text, f"$.{at}after") for at in ("payload.", "")))
+    extra = F.array_except(F.json_object_keys(image), F.array(*map(F.lit, row.names)))
+    said = DebeziumSchemaChangedError(table=table or "the topics", columns="\0")
+    head, tail = str(said).split("\0")
+    message = F.concat(F.lit(head), F.array_join(extra, ", "), F.lit(tail))
+    return F.when(F.coalesce(F.size(extra), F.lit(0)) > 0, F.raise_error(message))
+
+
 def debezium_changes(
     events: DataFrame,
     row_schema: str | StructType,
@@ -175,6 +189,7 @@ def debezium_changes(
     value: str = "value",
     table: str | None = None,
     transaction_id: str | None = None,
+    new_columns: Literal["ignore", "fail"] = "ignore",
 ) -> DataFrame:
     """Debezium event values (JSON text or bytes, e.g. Kafka's ``value`` or the lines of
     ``spark.read.text``) as change rows: ``row_schema``'s columns, ``_CHANGE_TYPE``,
@@ -187,7 +202,10 @@ def debezium_changes(
     topic that carries several; an event that names no table cannot be placed and is kept,
     to be quarantined. Tombstones (a NULL or blank value, or ``{"schema": null,
     "payload": null}``) carry no change and are skipped. ``transaction_id``: the name of a
-    column to add with each change's transaction id.
+    column to add with each change's transaction id. ``new_columns``: what an event whose
+    ``after`` has fields ``row_schema`` lacks does: ``ignore`` (the declared columns are
+    the ones taken) or ``fail`` the query (:class:`DebeziumSchemaChangedError`'s text), so
+    a schema taken from the events is taken again before such an event is applied.
 
     >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",
     ...                            "postgresql")  # doctest: +SKIP
@@ -231,6 +249,8 @@ def debezium_changes(
     change_type = F.when(op.isin("c", "r", "u"), UPSERT).when(op == "d", DELETE)
     change_type = change_type.when(op == "t", TRUNCATE)
     position = debezium_position(connector, event["source"])
+    if new_columns == "fail":
+        position = F.coalesce(_refuse_new_columns(F.col("raw"), row, table), position)
     mapped = (
         e[corrupt].isNull()
         & change_type.isNotNull()
@@ -262,8 +282,8 @@ def debezium_kafka(
     spark: SparkSession,
     *,
     bootstrap_servers: str,
-    row_schema: str | StructType,
     connector: Connector,
+    row_schema: str | StructType | None = None,
     topics: list[str] | None = None,
     topic_pattern: str | None = None,
     table: str | None = None,
@@ -294,6 +314,16 @@ def debezium_kafka(
         reader = reader.option("subscribePattern", topic_pattern)
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
+    row, new_columns = row_schema, "ignore"
+    if row is None:
+        sample = kafkabroker.newest(bootstrap_servers, topics, topic_pattern, SCHEMA_SAMPLE)
+        named = f"topics {topics}" if topics else f"the topics matching {topic_pattern!r}"
+        row, new_columns = row_schema_of(sample, connector, table, named), "fail"
     return debezium_changes(
-        reader.load(), row_schema, connector, table=table, transaction_id=transaction_id
+        reader.load(),
+        row,
+        connector,
+        table=table,
+        transaction_id=transaction_id,
+        new_columns=new_columns,
     )

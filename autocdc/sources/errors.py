@@ -125,3 +125,30 @@ class DebeziumTopicsError(SourceError):
         "A Debezium Kafka source reads either `topics` (a list of names) or `topic_pattern` "
         "(a Java regex), exactly one of them; got topics={topics}, topic_pattern={pattern}."
     )
+
+
+class KafkaUnreachableError(SourceError):
+    error_class = "AUTOCDC_KAFKA_UNREACHABLE"
+    template = (
+        "No Kafka broker answered at {servers} within {seconds:g} s ({reason}). Check the "
+        "bootstrap servers (host:port, comma-separated) and that the broker is running."
+    )
+
+
+class DebeziumSchemaError(SourceError):
+    error_class = "AUTOCDC_DEBEZIUM_SCHEMA"
+    template = (
+        "The row schema of the Debezium events in {topics} cannot be taken from them: "
+        "{problem}. Declare it with `row_schema` (SQL: SCHEMA (...)), or have the connector "
+        "write schemas (value.converter.schemas.enable=true, JsonConverter's default)."
+    )
+
+
+class DebeziumSchemaChangedError(SourceError):
+    error_class = "AUTOCDC_DEBEZIUM_SCHEMA_CHANGED"
+    template = (
+        "Events of {table} carry columns the source's schema does not have ({columns}; the "
+        "schema was taken from the events when the run began): nothing of this micro-batch "
+        "was applied. Run "
+        "the pipeline again: the source takes the new columns, and the target gains them."
+    )

@@ -481,6 +481,9 @@ def test_debezium_source() -> None:
         "CREATE DEBEZIUM SOURCE c FROM KAFKA 'k:1' TOPICS ('a', 'b') CONNECTOR x SCHEMA (i INT)"
     )
     assert listed.options["topics"] == ["a", "b"] and listed.options["connector"] == "x"
+    # Without SCHEMA, the row's columns come from the events' schemas.
+    inferred = one("CREATE DEBEZIUM SOURCE c FROM KAFKA 'k:1' TOPICS ('a') CONNECTOR mysql")
+    assert "row_schema" not in inferred.options
 
 
 @pytest.mark.parametrize(
@@ -496,7 +499,12 @@ def test_debezium_source() -> None:
         ("CREATE EXTRACTION SOURCE s FROM t CONNECTION 'x' LIMIT 'ten'", 56, "unexpected `'ten'`"),
         ("CREATE DEBEZIUM SOURCE s CONNECTOR mysql TOPICS ('t') SCHEMA (i INT)", 1, "FROM KAFKA"),
         ("CREATE DEBEZIUM SOURCE s FROM KAFKA 'k:1' CONNECTOR mysql SCHEMA (i INT)", 1, "TOPICS"),
-        ("CREATE DEBEZIUM SOURCE s FROM KAFKA 'k:1' CONNECTOR mysql TOPICS ('t')", 1, "SCHEMA"),
+        (
+            "CREATE DEBEZIUM SOURCE s FROM KAFKA 'k:1' CONNECTOR mysql TOPICS ('t')\n"
+            "  TOPIC PATTERN 't.*'",
+            1,
+            "one of TOPICS or TOPIC PATTERN",
+        ),
     ],
 )
 def test_errors_point_at_the_problem(text: str, column: int, problem: str) -> None:

@@ -18,8 +18,13 @@ from processes import ROOT
 from projects import run
 
 import autocdc
-from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
-from autocdc.sources.errors import DebeziumTopicsError
+from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD, raised_in_worker
+from autocdc.sources.debezium_schema import row_schema_of, spark_type
+from autocdc.sources.errors import (
+    DebeziumSchemaChangedError,
+    DebeziumSchemaError,
+    DebeziumTopicsError,
+)
 
 DATA = Path(__file__).parent / "data" / "debezium"
 EXAMPLE = ROOT / "pipelines" / "debezium"
@@ -250,3 +255,66 @@ def test_example_pipeline(spark, tmp_path, new_table, monkeypatch):
         assert check.check(spark)
     finally:
         spark.catalog.setCurrentDatabase("default")
+
+
+def connect_value(row: dict, table: str = "customers", op: str = "c", lsn: int = 100) -> str:
+    """An event as Kafka Connect's JSON converter writes it: the envelope's schema (the
+    row's Connect types, as Debezium declares them) and the payload."""
+    types = {bool: "boolean", int: "int64", float: "float64", str: "string"}
+    fields = [{"type": types[type(v)], "optional": k != "id", "field": k} for k, v in row.items()]
+    image = {"type": "struct", "fields": fields, "optional": True, "name": "Value"}
+    source = {"schema": "public", "table": table, "sequence": f'[null, "{lsn}"]', "lsn": lsn}
+    schema = {
+        "type": "struct",
+        "fields": [
+            {**image, "field": "before"},
+            {**image, "field": "after"},
+            {"type": "struct", "fields": [], "optional": False, "field": "source"},
+            {"type": "string", "optional": False, "field": "op"},
+        ],
+    }
+    payload = {"before": None, "after": row, "source": source, "op": op}
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def test_the_row_schema_is_taken_from_the_events(spark):
+    """The union of the events' row schemas in the newest's order: a column added is taken,
+    one dropped kept; other tables, tombstones and events without a schema are passed
+    over; none left is an error that says to declare the schema."""
+    values = [
+        connect_value({"id": 1, "name": "a", "gone": True}),
+        None,
+        '{"schema": null, "payload": null}',
+        json.dumps({"op": "c", "after": {"id": 9}}),  # no schema (schemas.enable=false)
+        connect_value({"id": 1, "x": 1.5}, table="orders"),
+        connect_value({"id": 2, "name": "b", "score": 2.5}),
+    ]
+    found = row_schema_of(values, "postgresql", "public.customers", "topics ['t']")
+    assert found.simpleString() == "struct<id:bigint,name:string,score:double,gone:boolean>"
+    with pytest.raises(DebeziumSchemaError) as err:
+        row_schema_of(values[1:4], "postgresql", None, "topics ['t']")
+    assert "none of their newest events carries a schema" in str(err.value)
+    with pytest.raises(DebeziumSchemaError, match="they hold no events yet"):
+        row_schema_of([None], "postgresql", None, "topics ['t']")
+    nested = {"type": "array", "items": {"type": "map", "keys": {"type": "string"},
+                                         "values": {"type": "int32"}}}  # fmt: skip
+    assert spark_type(nested).simpleString() == "array<map<string,int>>"
+
+
+def test_an_event_with_a_new_column_fails_the_query_when_asked(spark):
+    """With ``new_columns="fail"`` (a schema taken from the events), an event with a column
+    the schema lacks stops the batch with its own error; by default it is ignored."""
+    values = [
+        connect_value({"id": 1, "name": "a"}),
+        connect_value({"id": 2, "name": "b", "e": "x"}),
+    ]
+    events = spark.createDataFrame([(v,) for v in values], "value string")
+    assert autocdc.debezium_changes(events, "id BIGINT, name STRING", "postgresql").count() == 2
+    strict = autocdc.debezium_changes(
+        events, "id BIGINT, name STRING", "postgresql", new_columns="fail"
+    )
+    with pytest.raises(Exception) as err:
+        strict.collect()
+    rebuilt = raised_in_worker(err.value)
+    assert isinstance(rebuilt, DebeziumSchemaChangedError)
+    assert "columns the source's schema does not have (e; the schema" in str(rebuilt)

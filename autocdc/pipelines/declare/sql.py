@@ -95,8 +95,9 @@ limit: "LIMIT"i NUMBER
 typed_columns: "COLUMNS"i schema
 extract_options: "OPTIONS"i "(" prop ("," prop)* ")"
 // a Debezium connector's Kafka topics: FROM KAFKA, TOPICS or TOPIC PATTERN, CONNECTOR,
-// SCHEMA (the row's columns), TABLE (one table of a multi-table topic), OPTIONS (Spark's),
-// TRANSACTION ID AS column (a column for each change's transaction id)
+// SCHEMA (the row's columns; default: the events' schemas), TABLE (one table of a
+// multi-table topic), OPTIONS (Spark's), TRANSACTION ID AS column (a column for each
+// change's transaction id)
 _debezium_clause: kafka | topics | topic_pattern | connector | row_schema | source_table
     | transaction_column | extract_options | comment
 kafka: "FROM"i "KAFKA"i STRING
@@ -556,18 +557,19 @@ class _Builder(Transformer):
                     self._file, meta.line, meta.column, f"Debezium source {name} has no "
                     f"{_CLAUSE_WORDS[key]}", clause, f"Add {clause} to the statement.",
                 )  # fmt: skip
-        if ("topics" in c) == ("topic_pattern" in c) or "row_schema" not in c:
+        if ("topics" in c) == ("topic_pattern" in c):
             raise _error(
                 self._file, meta.line, meta.column,
-                f"Debezium source {name} needs SCHEMA and one of TOPICS or TOPIC PATTERN",
-                "SCHEMA (columns) and TOPICS ('a', ...) or TOPIC PATTERN 'regex'",
-                "Name the topics (or a pattern) and the row's columns.",
+                f"Debezium source {name} needs one of TOPICS or TOPIC PATTERN",
+                "TOPICS ('a', ...) or TOPIC PATTERN 'regex'",
+                "Name the topics, or a pattern.",
             )  # fmt: skip
         options: dict[str, Any] = {
             "bootstrap_servers": _unquote(c["kafka"][0]),
             "connector": str(c["connector"][0]).lower(),
-            "row_schema": c["row_schema"][0].value[0],
         }
+        if "row_schema" in c:
+            options["row_schema"] = c["row_schema"][0].value[0]
         if "topics" in c:
             options["topics"] = [_unquote(t) for t in c["topics"]]
         else:

@@ -20,7 +20,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from pyspark.sql import DataFrame
 
-from autocdc.sources import kafkaoffsets
+from autocdc.sources import kafkabroker
 
 FILE_FORMATS = {"json", "csv", "parquet", "orc", "text", "avro", "xml", "binaryfile"}
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -233,7 +233,7 @@ def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoi
     for i, source in enumerate(found):
         end = ends[i] if i < len(ends) else None
         if source["kind"] == "kafka":
-            waiting = kafkaoffsets.behind(
+            waiting = kafkabroker.behind(
                 source["servers"], end, source["topics"], source["pattern"]
             )
             if waiting is not None:

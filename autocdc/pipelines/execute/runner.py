@@ -46,6 +46,7 @@ from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.eventlog import EventLog
 from autocdc.pipelines.execute.progress import Progress
+from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
 
 APPLIED = "autocdc-applied-batch"
@@ -88,7 +89,8 @@ class Runner:
         self.spark = spark
         self.project = project
         self.graph = graph
-        self.queries: list[tuple[str, str, StreamingQuery]] = []  # flow, target, query
+        # flow, its dataset, target, query
+        self.queries: list[tuple[Flow, Dataset, str, StreamingQuery]] = []
         self.events = EventLog.of(project)
         self.progress = progress or Progress()
         self.sources: dict[str, list[dict]] = {}  # flow -> its streaming sources
@@ -127,10 +129,7 @@ class Runner:
         for dataset in self.graph.order:
             interrupt.check()
             if dataset.kind == "temporary_view":
-                for flow in self.graph.flows[dataset.name]:
-                    assert isinstance(flow, QueryFlow)
-                    with session_conf(self.spark, flow.spark_conf):
-                        flow.query().createOrReplaceTempView(dataset.name)
+                self._view(dataset)
             elif dataset.name in selected:
                 self._update(dataset, options)
         if options.continuous:
@@ -138,6 +137,12 @@ class Runner:
         for dataset in self.graph.order:  # temporary views live in the pipeline only
             if dataset.kind == "temporary_view":
                 self.spark.catalog.dropTempView(dataset.name)
+
+    def _view(self, dataset: Dataset) -> None:
+        for flow in self.graph.flows[dataset.name]:
+            assert isinstance(flow, QueryFlow)
+            with session_conf(self.spark, flow.spark_conf):
+                flow.query().createOrReplaceTempView(dataset.name)
 
     def _update(self, dataset: Dataset, options: Options) -> None:
         target = self.qualify(dataset.name)
@@ -162,7 +167,7 @@ class Runner:
             if query is None:
                 continue
             if options.continuous:
-                self.queries.append((flow.name, target, query))
+                self.queries.append((flow, dataset, target, query))
             else:
                 self._stopped(flow.name, target)
                 say(f"flow {flow.name}: up to date")
@@ -419,18 +424,33 @@ class Runner:
         while not (stop or interrupt.requested()):
             deadline = time.monotonic() + interval
             while not (stop or interrupt.requested()) and time.monotonic() < deadline:
-                for flow, target, query in self.queries:
+                for i, (flow, dataset, target, query) in enumerate(self.queries):
                     error = query.exception()
-                    if error is not None:
-                        self.events.write(
-                            "error", flow=flow, target=target, error=self.failure or error
-                        )
+                    if error is None:
+                        continue
+                    cause = self.failure or error
+                    self.events.write("error", flow=flow.name, target=target, error=cause)
+                    if not isinstance(raised_in_worker(cause), DebeziumSchemaChangedError):
                         raise error
+                    self.failure = None
+                    self.queries[i] = (flow, dataset, target, self._restart(flow, dataset, options))
                 time.sleep(0.2)
             for dataset in self.graph.order:
                 if dataset.kind == "materialized_view" and not (stop or interrupt.requested()):
                     self._materialize(dataset)
-        for flow, target, query in self.queries:
+        for flow, _dataset, target, query in self.queries:
             query.stop()
-            self._stopped(flow, target)
+            self._stopped(flow.name, target)
         say("stopped")
+
+    def _restart(self, flow: Flow, dataset: Dataset, options: Options) -> StreamingQuery:
+        """Start ``flow``'s query again over views built again: a Debezium source whose
+        events gained a column takes it (the failed micro-batch was not applied, and runs
+        again from the checkpoint)."""
+        say(f"flow {flow.name}: its source's events gained columns; starting it again")
+        for view in self.graph.order:
+            if view.kind == "temporary_view":
+                self._view(view)
+        query = self._start(flow, dataset, self.qualify(dataset.name), options)
+        assert query is not None
+        return query

@@ -1,0 +1,138 @@
+"""What autocdc asks a Kafka broker directly (librdkafka through ``confluent-kafka``), never
+through Spark: how far a streaming query's offsets are behind its topics' ends (``autocdc
+status`` starts no Spark, and a run asks after every micro-batch, so this must cost
+milliseconds), and the newest records of the topics (a Debezium source takes its row
+schema from them when the run begins).
+
+Offsets are those Spark's checkpoint records for a Kafka source: per topic, per partition
+(as text), the next offset to read. A partition the checkpoint does not name yet (a new
+partition, a new topic of a pattern) is behind from its earliest offset.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from autocdc.sources.errors import KafkaUnreachableError
+
+TIMEOUT_SECONDS = 5.0
+# The oldest record waiting is looked up per lagging partition; a topic with hundreds of
+# partitions is sampled, so that status stays quick.
+AGE_SAMPLE = 64
+
+
+@dataclass(frozen=True)
+class Behind:
+    """Records not consumed yet, and the age of the oldest of them (its Kafka timestamp:
+    Debezium's connectors stamp a record with the source's commit time)."""
+
+    records: int
+    oldest_age_seconds: float | None
+
+
+def _consumer(servers: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": "autocdc",  # never joined or committed: partitions are assigned
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "socket.timeout.ms": int(TIMEOUT_SECONDS * 1000),
+            "log_level": 0,  # an unreachable broker is reported by the caller, not logged
+        }
+    )
+
+
+def _ranges(
+    consumer: Consumer, topics: list[str] | None, pattern: str | None
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition of ``topics`` (or of the topics matching the Java regex ``pattern``,
+    as Spark subscribes) with its earliest and end offsets."""
+    metadata = consumer.list_topics(timeout=TIMEOUT_SECONDS)
+    names = topics or [t for t in metadata.topics if pattern and re.fullmatch(pattern, t)]
+    found = {}
+    for topic in names:
+        described = metadata.topics.get(topic)
+        for partition in sorted(described.partitions) if described else []:
+            found[topic, partition] = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=TIMEOUT_SECONDS
+            )
+    return found
+
+
+def behind(
+    servers: str,
+    consumed: dict[str, dict[str, int]] | None,
+    topics: list[str] | None,
+    pattern: str | None,
+) -> Behind | None:
+    """How far ``consumed`` is behind the ends of the topics; None when the broker cannot
+    tell (a lag is reported as unknown, never as an error)."""
+    consumer = _consumer(servers)
+    try:
+        records, waiting = 0, []
+        for (topic, partition), (low, high) in _ranges(consumer, topics, pattern).items():
+            start = max(low, (consumed or {}).get(topic, {}).get(str(partition), low))
+            if high > start:
+                records += high - start
+                waiting.append(TopicPartition(topic, partition, start))
+        return Behind(records, _oldest_age(consumer, waiting[:AGE_SAMPLE]))
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def _oldest_age(consumer: Consumer, firsts: list[TopicPartition]) -> float | None:
+    """Seconds since the oldest timestamp among the first waiting record of each
+    partition in ``firsts``; None when none arrives within the timeout."""
+    if not firsts:
+        return None
+    consumer.assign(firsts)
+    stamps: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while len(stamps) < len(firsts) and time.monotonic() < deadline:
+        for message in consumer.consume(len(firsts), timeout=0.5):
+            kind, millis = message.timestamp()
+            if message.error() is None and kind and millis > 0:
+                stamps.setdefault((message.topic(), message.partition()), millis)
+    if not stamps:
+        return None
+    return max(0.0, time.time() - min(stamps.values()) / 1000)
+
+
+def newest(
+    servers: str, topics: list[str] | None, pattern: str | None, per_partition: int
+) -> list[bytes | None]:
+    """The values of the newest ``per_partition`` records of each partition, oldest first
+    within a partition; a broker that does not answer is an error that says so."""
+    consumer = _consumer(servers)
+    try:
+        ends, starts = {}, []
+        for (topic, partition), (low, high) in _ranges(consumer, topics, pattern).items():
+            if high > low:
+                ends[topic, partition] = high
+                starts.append(TopicPartition(topic, partition, max(low, high - per_partition)))
+        read: dict[tuple[str, int], list[bytes | None]] = {key: [] for key in ends}
+        reached: set[tuple[str, int]] = set()
+        consumer.assign(starts)
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while len(reached) < len(ends) and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=0.5):
+                if message.error() is not None:
+                    continue
+                key = (message.topic(), message.partition())
+                read[key].append(message.value())
+                if message.offset() + 1 >= ends[key]:
+                    reached.add(key)
+        return [value for values in read.values() for value in values]
+    except KafkaException as error:
+        raise KafkaUnreachableError(
+            servers=servers, seconds=TIMEOUT_SECONDS, reason=str(error)
+        ) from None
+    finally:
+        consumer.close()
