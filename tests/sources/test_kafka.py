@@ -6,15 +6,21 @@ source declared with ``dp.create_debezium_source``."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
+import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from changes import EVERYTHING
 from kafkaserver import Broker, Connect
 from pgserver import Server
-from processes import ROOT
-from projects import run
+from processes import ROOT, finish, start
+from projects import run, write_project
+from reference import UPSERT, Change, fold_scd1, fold_scd2
+from sparkconf import SMALL_SPARK
 
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.operations import overview
@@ -41,11 +47,11 @@ def broker():
     started.stop()
 
 
-def produce(spark, servers: str, values: list[str | None]) -> None:
+def produce(spark, servers: str, values: list[str | None], topic: str = TOPIC) -> None:
     """Values as Debezium's JSON converter writes them; None is a Kafka tombstone."""
     rows = spark.createDataFrame([(v,) for v in values], "value string").coalesce(1)
     rows.write.format("kafka").option("kafka.bootstrap.servers", servers).option(
-        "topic", TOPIC
+        "topic", topic
     ).save()
 
 
@@ -241,3 +247,107 @@ def _mirror(spark, spec: Path, server: Server, database: str, rounds: int = 8) -
             return
         time.sleep(2)
     assert (scd1, scd2) == (expected, expected)
+
+
+KILLED = """
+from autocdc import pipelines as dp
+
+dp.create_debezium_source(
+    name="changes", bootstrap_servers="{servers}", topics=["{topic}"], connector="postgresql"
+)
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_flow(target="latest", source="changes", keys=["id"])
+dp.create_streaming_table("history")
+dp.create_auto_cdc_flow(target="history", source="changes", keys=["id"], stored_as_scd_type=2)
+"""
+
+
+def debezium_event(change: Change, extra: dict | None = None) -> str:
+    """``change`` as Debezium's PostgreSQL connector writes it with the JSON converter
+    (with schemas): its sequence is the event's LSN, a delete's ``before`` has the key."""
+    row = {"id": change.key, "a": None, "b": None, **(extra or {})}
+    if change.op == UPSERT:
+        row["a"], row["b"] = change.values
+    types = {"id": "int32", "a": "string", "b": "int32", "c": "int32"}
+    fields = [{"type": types[k], "optional": k != "id", "field": k} for k in row]
+    image = {"type": "struct", "fields": fields, "optional": True}
+    schema = {
+        "type": "struct",
+        "fields": [{**image, "field": "before"}, {**image, "field": "after"}],
+    }
+    lsn = change.seq * 16
+    source = {"schema": "public", "table": "t", "sequence": f'[null, "{lsn}"]', "lsn": lsn}
+    upsert = change.op == UPSERT
+    payload = {
+        "op": "c" if upsert else "d",
+        "before": None if upsert else {**row, "a": None, "b": None},
+        "after": row if upsert else None,
+        "source": source,
+    }
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def wait_for(check, what: str, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(1)
+
+
+def test_a_continuous_run_killed_mid_stream_and_a_column_added_while_it_runs(
+    spark, broker, tmp_path
+):
+    """``autocdc run --continuous`` over a Debezium topic: SIGKILLed inside its first apply,
+    run again; a column appears in the events while it runs (the flow stops that batch
+    and starts again with the column); SIGKILLed again while events arrive; run until it
+    has caught up, then stopped. Both targets equal the reference fold of the changes."""
+    topic = f"killed.{uuid.uuid4().hex[:8]}"
+    events = [debezium_event(c) for c in EVERYTHING]
+    added = debezium_event(Change(9, 1, UPSERT, ("i1", 1)), extra={"c": 7})
+    config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse")}
+    spec = write_project(
+        tmp_path, "kafka_killed", {"f.py": KILLED.format(servers=broker.servers, topic=topic)},
+        config,
+    )  # fmt: skip
+    tables = tmp_path / "warehouse" / "kafka_killed.db"
+    continuous = ("--continuous", "--trigger-interval", "1s")
+
+    def latest() -> dict:
+        if not (tables / "latest" / "_delta_log").is_dir():
+            return {}
+        rows = spark.read.format("delta").load(str(tables / "latest")).collect()
+        return {r.id: r.asDict() for r in rows}
+
+    def values() -> dict:
+        return {k: (v["a"], v["b"]) for k, v in latest().items()}
+
+    def versions() -> list:
+        if not (tables / "history" / "_delta_log").is_dir():
+            return []
+        history = spark.read.format("delta").load(str(tables / "history")).collect()
+        return sorted((r.id, r.a, r.b, r["__END_AT"] is None) for r in history)
+
+    produce(spark, broker.servers, events[:5], topic)
+    assert finish(start(spec, "after_state_commit", *continuous)) == -signal.SIGKILL
+    run = start(spec, None, *continuous)
+    produce(spark, broker.servers, events[5:10], topic)
+    wait_for(lambda: values() == fold_scd1(EVERYTHING[:10]), "10 changes")
+    produce(spark, broker.servers, [added], topic)
+    wait_for(lambda: latest().get(9, {}).get("c") == 7, "the added column")
+    produce(spark, broker.servers, events[10:], topic)
+    time.sleep(2)
+    run.send_signal(signal.SIGKILL)
+    finish(run)
+
+    run = start(spec, None, *continuous)
+    everything = {**fold_scd1(EVERYTHING), 9: ("i1", 1)}
+    folded = [(k, *v, end is None) for k, v, _start, end in fold_scd2(EVERYTHING)]
+    history = sorted([*folded, (9, "i1", 1, True)])
+    wait_for(lambda: (values(), versions()) == (everything, history), "all changes")
+    run.send_signal(signal.SIGTERM)
+    assert finish(run) == 0
+
+    assert {k for k, v in latest().items() if v["c"] is not None} == {9}
+    log = spark.read.format("delta").load(str(tmp_path / "storage" / "event_log"))
+    restarts = log.where("error_class = 'AUTOCDC_DEBEZIUM_SCHEMA_CHANGED'").select("flow")
+    assert sorted(r.flow for r in restarts.collect()) == ["history", "latest"]

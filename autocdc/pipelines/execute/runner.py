@@ -429,8 +429,9 @@ class Runner:
                     if error is None:
                         continue
                     cause = self.failure or error
-                    self.events.write("error", flow=flow.name, target=target, error=cause)
-                    if not isinstance(raised_in_worker(cause), DebeziumSchemaChangedError):
+                    ours = raised_in_worker(cause)
+                    self.events.write("error", flow=flow.name, target=target, error=ours or cause)
+                    if not isinstance(ours, DebeziumSchemaChangedError):
                         raise error
                     self.failure = None
                     self.queries[i] = (flow, dataset, target, self._restart(flow, dataset, options))
