@@ -8,7 +8,7 @@ JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
 CLASSES := $(VENV)/share/autocdc/jars/autocdc-classes.json
 SOURCES := autocdc tests pipelines benchmarks
 
-.PHONY: setup demo test test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract clean
+.PHONY: setup demo test test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract bench-kafka clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -67,6 +67,9 @@ bench-snapshot: setup
 # Extraction through JDBC: a 1M-row table read by one partition against four.
 bench-extract: setup
 	$(PY) benchmarks/extraction.py
+
+bench-kafka: setup
+	$(PY) benchmarks/kafka.py
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache .hypothesis

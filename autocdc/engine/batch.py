@@ -25,8 +25,9 @@ class Counts:
     """The staged batch's counts (one aggregate over the cached batch), and the range of
     the keys its keyed changes touch (what the state read is bounded by)."""
 
-    rows_in: int
+    rows_in: int  # rows that carry a change: all but the skipped
     rejected: int
+    skipped: int  # rows a source marked as no change (change_rows.NO_CHANGE)
     truncates: int
     keyed: int
     key_range: KeyBound

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from autocdc.engine.spec import FlowSpec
 
 CHANGE_TYPE = "_CHANGE_TYPE"
+# A source's mark on a row that carries no change (a Kafka tombstone): when a batch has
+# this boolean column, its true rows are counted as ``skipped``, never applied, quarantined
+# or stored.
+NO_CHANGE = "__autocdc_no_change"
 CHANGE_SEQUENCE_NUMBER = "_CHANGE_SEQUENCE_NUMBER"
 PSEUDO_COLUMNS = (CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER)
 UPSERT, DELETE, TRUNCATE = "UPSERT", "DELETE", "TRUNCATE"

@@ -35,8 +35,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from autocdc.engine import change_rows, tables
 from autocdc.engine import state as st
-from autocdc.engine import tables
 from autocdc.engine.errors import (
     DefinitionChangedError,
     SchemaMismatchError,
@@ -182,7 +182,8 @@ def fit(
     corrupt = corrupt_column(df)
     # The declaration against the batch first: a key the feed lacks is a typo to fix, not
     # a change of definition to refresh for.
-    columns = spec.resolve(df.schema, sequence, stored_names, [corrupt] if corrupt else [])
+    never_stored = [c for c in (corrupt, change_rows.NO_CHANGE) if c and c in df.columns]
+    columns = spec.resolve(df.schema, sequence, stored_names, never_stored)
     if found:
         had = st.stored_definition(spark, state_table)
         _check_groups(spec, had)

@@ -289,6 +289,7 @@ class AutoCdcFlow(FlowSpec):
             flow=self.flow_name,
             batch_id=batch_id,
             rows_in=counts.rows_in,
+            skipped=counts.skipped,
             upserted=upserted,
             deleted=deleted,
             ignored_stale=stats.get("stale", 0),
@@ -379,9 +380,11 @@ def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
     on it rather than costing a job of its own."""
     ok = col(REASON).isNull()
     keyed = ok & (col(OP) != TRUNCATE)
+    skipped = col(REASON) == stage.SKIPPED
     row = staged.tagged.agg(
-        F.count(F.lit(1)).alias("rows_in"),
-        F.count(col(REASON)).alias("rejected"),
+        F.count(F.when(~F.coalesce(skipped, F.lit(False)), 1)).alias("rows_in"),
+        F.count(F.when(~skipped, 1)).alias("rejected"),
+        F.count(F.when(skipped, 1)).alias("skipped"),
         F.count(F.when(ok & (col(OP) == TRUNCATE), 1)).alias("truncates"),
         F.count(F.when(keyed, 1)).alias("keyed"),
         *bound.aggregates(keys, keyed, listed=False),
@@ -389,6 +392,7 @@ def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
     return Counts(
         rows_in=row["rows_in"],
         rejected=row["rejected"],
+        skipped=row["skipped"],
         truncates=row["truncates"],
         keyed=row["keyed"],
         key_range=bound.from_row(row, keys),

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 class BatchMetrics:
     """Counts for one micro-batch.
 
+    ``rows_in``: the rows that carry a change; ``skipped``: rows a source marked as
+    carrying none (a Kafka tombstone), neither applied nor quarantined.
     ``ignored_stale``: changes at or below the sequence the state already held for
     their key (late arrivals and replays). ``conflicts``: keys where two different upserts
     had one sequence (the tie rule picked the winner: in the batch, or, against an upsert
@@ -23,6 +25,7 @@ class BatchMetrics:
     flow: str
     batch_id: int
     rows_in: int
+    skipped: int
     upserted: int
     deleted: int
     ignored_stale: int

@@ -418,10 +418,11 @@ class FlowSpec(BaseModel):
 
         ``stored``: the target's columns when it exists; a later batch may leave them out.
         ``never_stored``: columns no target keeps whatever the lists say (Spark's
-        corrupt-record column: it only ever holds the raw text of a quarantined row).
+        corrupt-record column: it only ever holds the raw text of a quarantined row; a
+        source's no-change mark, a reserved name the engine expects).
         """
         columns = schema.names
-        reserved = [c for c in columns if is_reserved(c)]
+        reserved = [c for c in columns if is_reserved(c) and c not in never_stored]
         if reserved:
             raise ReservedColumnError(columns=reserved)
         if not is_orderable_sequence(sequence_type):

@@ -28,6 +28,7 @@ from autocdc.engine.tables import ident
 SEQ = "__autocdc_seq"
 OP = "__autocdc_op"
 REASON = "__autocdc_reason"
+SKIPPED = "skipped"  # the REASON of a row a source marked as no change
 
 UPSERT, DELETE, TRUNCATE = "U", "D", "T"
 
@@ -113,7 +114,8 @@ def operation(df: DataFrame, spec: FlowSpec) -> Column:
 
 
 def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[str]) -> StagedBatch:
-    """Tag operations and sequence; route malformed rows (corrupt-record column set), then
+    """Tag operations and sequence; leave out the rows a source marked as no change
+    (:data:`change_rows.NO_CHANGE`); route malformed rows (corrupt-record column set), then
     (with no ``sequence_by``) rows whose change columns cannot be read, then rows with a
     NULL key or sequence (or a NULL field of a struct sequence), to ``rejected``.
     ``source_columns``: the batch's own columns, as the quarantine keeps them (the raw
@@ -123,7 +125,9 @@ def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[s
     null_sequence = any_null(col(SEQ), sequenced.schema[SEQ].dataType)
     # First match wins: a malformed row's NULL key or sequence is a symptom, not the cause.
     corrupt = corrupt_column(df)
-    checks = [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
+    skips = change_rows.NO_CHANGE in df.columns
+    checks = [(F.coalesce(col(change_rows.NO_CHANGE), F.lit(False)), SKIPPED)] if skips else []
+    checks += [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
     checks += change_rows.checks(spec, df.columns)
     checks += [
         (null_sequence, QUARANTINE_NULL_SEQUENCE),
@@ -133,9 +137,12 @@ def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[s
     # Cached with every column: Spark refuses a raw JSON/CSV read that references only the
     # corrupt-record column, which a query over the uncached source could come down to.
     tagged = sequenced.withColumn(OP, operation(df, spec)).withColumn(REASON, reason).cache()
+    rejected = tagged.where(col(REASON).isNotNull())
     return StagedBatch(
         tagged=tagged,
-        changes=tagged.where(col(REASON).isNull()).drop(REASON),
-        rejected=tagged.where(col(REASON).isNotNull()).drop(OP),
-        source_columns=source_columns,
+        changes=tagged.where(col(REASON).isNull()).drop(REASON, change_rows.NO_CHANGE),
+        rejected=(rejected.where(col(REASON) != SKIPPED) if skips else rejected).drop(
+            OP, change_rows.NO_CHANGE
+        ),
+        source_columns=[c for c in source_columns if c != change_rows.NO_CHANGE],
     )

@@ -57,6 +57,7 @@ from autocdc.engine.change_rows import (
     CHANGE_SEQUENCE_NUMBER,
     CHANGE_TYPE,
     DELETE,
+    NO_CHANGE,
     TRUNCATE,
     UPSERT,
 )
@@ -190,6 +191,7 @@ def debezium_changes(
     table: str | None = None,
     transaction_id: str | None = None,
     new_columns: Literal["ignore", "fail"] = "ignore",
+    mark_tombstones: bool = False,
 ) -> DataFrame:
     """Debezium event values (JSON text or bytes, e.g. Kafka's ``value`` or the lines of
     ``spark.read.text``) as change rows: ``row_schema``'s columns, ``_CHANGE_TYPE``,
@@ -206,6 +208,9 @@ def debezium_changes(
     ``after`` has fields ``row_schema`` lacks does: ``ignore`` (the declared columns are
     the ones taken) or ``fail`` the query (:class:`DebeziumSchemaChangedError`'s text), so
     a schema taken from the events is taken again before such an event is applied.
+    ``mark_tombstones``: keep each tombstone as a row marked
+    :data:`~autocdc.engine.change_rows.NO_CHANGE` (every other column NULL), which a flow
+    counts as ``skipped``, rather than leave it out.
 
     >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",
     ...                            "postgresql")  # doctest: +SKIP
@@ -224,20 +229,23 @@ def debezium_changes(
         ]
     )
     text = F.col(value).cast("string")
-    parsed = events.where(F.trim(text) != "").select(
+    parsed = events.select(
         text.alias("raw"),
         F.from_json(text, schema, {"columnNameOfCorruptRecord": corrupt}).alias("e"),
     )
     e = F.col("e")
-    # A wrapper whose payload is JSON null: the old-style tombstone of a delete.
-    tombstone = F.coalesce(
+    # A NULL or blank value, or a wrapper whose payload is JSON null: the old-style
+    # tombstone of a delete.
+    tombstone = F.coalesce(F.trim(F.col("raw")) == "", F.lit(True)) | F.coalesce(
         e[corrupt].isNull()
         & e["payload"].isNull()
         & e["op"].isNull()
         & F.col("raw").rlike(r'"payload"\s*:\s*null'),
         F.lit(False),
     )
-    parsed = parsed.where(~tombstone)
+    parsed = parsed.withColumn(NO_CHANGE, tombstone)
+    if not mark_tombstones:
+        parsed = parsed.where(~F.col(NO_CHANGE))
     event = F.when(e["payload"].isNotNull(), e["payload"]).otherwise(
         F.struct(*[e[name] for name in envelope.names])
     )
@@ -258,15 +266,18 @@ def debezium_changes(
         & position.isNotNull()
     )
     added = [transaction_id] if transaction_id else []
+    marked = [NO_CHANGE] if mark_tombstones else []
+    unmapped = ~F.coalesce(mapped, F.lit(False)) & ~F.col(NO_CHANGE)
     return parsed.select(
         image.alias("image"),
         *[_transaction(connector, event).alias(name) for name in added],
         change_type.alias(CHANGE_TYPE),
         position.alias(CHANGE_SEQUENCE_NUMBER),
-        F.when(~F.coalesce(mapped, F.lit(False)), F.col("raw")).alias(corrupt),
+        F.when(unmapped, F.col("raw")).alias(corrupt),
+        *map(F.col, marked),
     ).select(
         "image.*",
-        *[F.col(ident(n)) for n in [*added, CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt]],
+        *[F.col(ident(n)) for n in [*added, CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, corrupt, *marked]],
     )
 
 
@@ -314,7 +325,7 @@ def debezium_kafka(
         reader = reader.option("subscribePattern", topic_pattern)
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
-    row, new_columns = row_schema, "ignore"
+    row, new_columns = row_schema, "ignore"  # declared: the columns taken
     if row is None:
         sample = kafkabroker.newest(bootstrap_servers, topics, topic_pattern, SCHEMA_SAMPLE)
         named = f"topics {topics}" if topics else f"the topics matching {topic_pattern!r}"
@@ -326,4 +337,5 @@ def debezium_kafka(
         table=table,
         transaction_id=transaction_id,
         new_columns=new_columns,
+        mark_tombstones=True,  # counted as the flow's skipped rows
     )

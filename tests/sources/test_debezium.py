@@ -226,6 +226,32 @@ def test_the_transaction_id_is_added_when_asked(spark):
     assert plain.columns == ["id", "name", "city", *OUT_EXTRA]
 
 
+@pytest.mark.parametrize("auto", [True, False])
+def test_marked_tombstones_are_counted_as_skipped_never_applied_or_quarantined(
+    spark, new_table, auto
+):
+    """Kafka tombstones (NULL), old-style ones and blank values, kept as rows marked for
+    the flow: counted as ``skipped``, not in ``rows_in``, not quarantined, not stored;
+    with a ``sequence_by`` flow as without (the auto mode)."""
+    values = [
+        connect_value({"id": 1, "name": "a", "city": "c"}),
+        None,
+        '{"schema": null, "payload": null}',
+        "  ",
+        connect_value({"id": 2, "name": "b", "city": "d"}, op="u", lsn=200),
+        "not json",
+    ]
+    events = spark.createDataFrame([(v,) for v in values], "value string")
+    changes = autocdc.debezium_changes(events, ROW, "postgresql", mark_tombstones=True)
+    target = new_table("dbz_skip")
+    flow = autocdc.AutoCdcFlow(target=target, keys=["id"]) if auto else cdc_flow(target)
+    metrics = flow.apply(changes)
+    assert (metrics.rows_in, metrics.skipped, metrics.quarantined) == (3, 3, 1)
+    assert_rows(spark, flow.current(spark).orderBy("id"), [(1, "a", "c"), (2, "b", "d")])
+    assert spark.table(f"{target}__autocdc_quarantine").count() == 1
+    assert autocdc.debezium_changes(events, ROW, "postgresql").count() == 3  # left out
+
+
 @pytest.mark.parametrize("topics", [{}, {"topics": ["a"], "topic_pattern": "a.*"}])
 def test_a_kafka_source_reads_topics_or_a_pattern_exactly_one(spark, topics):
     with pytest.raises(DebeziumTopicsError) as err:

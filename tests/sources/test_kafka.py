@@ -11,8 +11,8 @@ import shutil
 import signal
 import time
 import uuid
-from pathlib import Path
 
+import debeziumcase as case
 import pytest
 from changes import EVERYTHING
 from kafkaserver import Broker, Connect
@@ -80,10 +80,12 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
         '{"op":"c","before":null,"after":{"id":1,"name":"x","city":"y"},"source":{"schema":'
         '"public","table":"suppliers","sequence":"[null,\\"90000000\\"]","lsn":90000000}}'
     )
+    tombstones = 0
     for i, name in enumerate(sorted((tmp_path / "events").iterdir())):
         values = [line or None for line in name.read_text().splitlines()]
         if i == 1:
             values += ['{"schema": null, "payload": null}', other_table]
+        tombstones += sum(v is None or '"payload": null' in v for v in values)
         produce(spark, broker.servers, values)
         run(spark, spec)
 
@@ -94,6 +96,12 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     assert [tuple(r) for r in customers] == check.CUSTOMERS
     quarantine = spark.table(f"{database}.customers__autocdc_quarantine").collect()
     assert [r.reason for r in quarantine] == ["AUTOCDC_MALFORMED_RECORD"]
+    # Tombstones: skipped and counted, each once.
+    log = spark.read.format("delta").load(str(root / "storage" / "event_log"))
+    skipped = log.where("event_type = 'batch'").selectExpr(
+        "int(get_json_object(metrics, '$.skipped')) AS n"
+    )
+    assert tombstones > 1 and sum(r.n for r in skipped.collect()) == tombstones
 
     # Lag, asked of the broker: nothing behind after the run, then two records arrive.
     lag = overview.status(project.load(spec))["flows"][0]["lag"]
@@ -103,33 +111,7 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     assert lag["records"] == 2 and 0 <= lag["oldest_age_seconds"] < 60
 
 
-HISTORY = """
-from autocdc import pipelines as dp
-
-dp.create_debezium_source(
-    name="changes",
-    bootstrap_servers="{servers}",
-    topic_pattern="live\\\\..*",
-    connector="postgresql",
-    table="public.customers",
-    transaction_id="txid",
-)
-dp.create_streaming_table("customers")
-dp.create_auto_cdc_flow(target="customers", source="changes", keys=["id"])
-dp.create_streaming_table("customers_history")
-dp.create_auto_cdc_flow(
-    target="customers_history", source="changes", keys=["id"], stored_as_scd_type=2
-)
-"""
-# Committed changes, one transaction a line, after the snapshot of ids 1-3.
-WRITES = [
-    "UPDATE customers SET name = NULL WHERE id = 1",
-    "DELETE FROM customers WHERE id = 2",
-    "BEGIN; INSERT INTO customers VALUES (4, 'Dan', 'Oslo'), (5, 'Eve', 'Rome'); COMMIT",
-    "BEGIN; DELETE FROM customers WHERE id = 3; INSERT INTO customers VALUES (3, 'Cid', 'Lima');"
-    " COMMIT",
-    "UPDATE customers SET city = 'Bergen' WHERE id = 4",
-]
+LIVE = ROOT / "pipelines" / "debezium-kafka"  # the example, and its servers.py
 AFTER_RESTART = [
     "ALTER TABLE customers ADD COLUMN email text",  # taken from the events' schemas
     "UPDATE customers SET city = 'Turin', email = 'eve@x' WHERE id = 5",
@@ -140,54 +122,44 @@ AFTER_RESTART = [
 def test_debeziums_postgres_connector_through_kafka_mirrors_the_table(
     spark, broker, tmp_path, new_table, monkeypatch
 ):
-    """The whole open-source path: PostgreSQL, Debezium's connector in Kafka Connect, the
-    broker, a pipeline over the topic. Connect is killed and restarted once (it delivers
-    again what followed its last flushed offset). After each round the SCD1 target equals
-    the table, and the SCD2 target's open rows equal it with one version per change, each
-    with its transaction's id. The row schema is taken from the events, and a column added
-    to the table while Connect is down reaches the targets."""
+    """The whole open-source path, as the example pipelines/debezium-kafka runs it (its
+    servers.py's table and connector, its pipeline): PostgreSQL, Debezium's connector in
+    Kafka Connect, the broker, a pipeline over the topic. Connect is killed and restarted
+    once (it delivers again what followed its last flushed offset). After each round the
+    SCD1 target equals the table, and the SCD2 target's open rows equal it with one version
+    per change, each with its transaction's id. The row schema is taken from the events,
+    and a column added to the table while Connect is down reaches the targets."""
+    loader = importlib.util.spec_from_file_location("live_servers", LIVE / "servers.py")
+    servers = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(servers)
     server = Server().start()
     connect = None
     try:
-        server.execute("CREATE TABLE customers (id int PRIMARY KEY, name text, city text)")
-        server.execute("INSERT INTO customers VALUES (1, 'Ann', 'Oslo'), (2, 'Bob', 'Rome')")
-        server.execute("INSERT INTO customers VALUES (3, 'Cid', 'Kyiv')")
-        connect = Connect(broker, _connector(server), tmp_path / "connect").start()
-        root = tmp_path / "live"
-        (root / "transformations").mkdir(parents=True)
-        (root / "transformations" / "customers.py").write_text(
-            HISTORY.format(servers=broker.servers)
-        )
+        server.execute(servers.TABLE)
+        connect = Connect(broker, servers.connector(server), tmp_path / "connect").start()
         database = new_table("dbz_live")
+        root = tmp_path / "live"
+        shutil.copytree(LIVE, root, ignore=shutil.ignore_patterns("storage", "warehouse"))
         spec = root / "spark-pipeline.yml"
-        spec.write_text(
-            "name: live\nstorage: storage\nconfiguration:\n  spark.sql.warehouse.dir: warehouse\n"
-            f"libraries:\n  - glob:\n      include: transformations/**\ndatabase: {database}\n"
-        )
+        spec.write_text(spec.read_text() + f"database: {database}\n")
         monkeypatch.chdir(root)
-        for sql in WRITES:
+        monkeypatch.setenv("AUTOCDC_KAFKA", broker.servers)
+
+        def table() -> list[tuple]:
+            return server.query("SELECT id, name, city FROM customers")
+
+        for sql in case.WRITES:
             server.execute(sql)
-        _snapshot_written(broker)
-        _mirror(spark, spec, server, database)
+        _snapshot_written(broker, servers.TOPIC)
+        case.mirror(spark, spec, table, database)
         connect.stop()
         for sql in AFTER_RESTART:
             server.execute(sql)
         connect.start()
-        _mirror(spark, spec, server, database)
+        case.mirror(spark, spec, table, database)
 
+        assert case.versions(spark, database) == case.VERSIONS
         history = spark.table(f"{database}.customers_history")
-        versions = {  # each key's versions in commit order
-            k: [tuple(r)[1:3] for r in history.where(f"id = {k}").orderBy("__START_AT").collect()]
-            for k in range(1, 7)
-        }
-        assert versions == {
-            1: [("Ann", "Oslo"), (None, "Oslo")],
-            2: [("Bob", "Rome")],
-            3: [("Cid", "Kyiv"), ("Cid", "Lima")],
-            4: [("Dan", "Oslo"), ("Dan", "Bergen")],
-            5: [("Eve", "Rome"), ("Eve", "Turin")],
-            6: [("Dan", "Bergen")],
-        }
         # The transaction id: one for the two rows inserted together, another for each
         # single-statement transaction.
         first = {k: history.where(f"id = {k}").orderBy("__START_AT").first().txid for k in (4, 5)}
@@ -205,48 +177,16 @@ def test_debeziums_postgres_connector_through_kafka_mirrors_the_table(
         server.stop()
 
 
-def _connector(server: Server) -> dict[str, str]:
-    return {
-        "name": "live",
-        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-        "database.hostname": "127.0.0.1",
-        "database.port": str(server.port),
-        "database.user": "postgres",
-        "database.password": "",
-        "database.dbname": "postgres",
-        "topic.prefix": "live",
-        "plugin.name": "pgoutput",
-        "slot.name": "autocdc_live",
-        "publication.autocreate.mode": "filtered",
-        "table.include.list": "public.customers",
-    }
-
-
-def _snapshot_written(broker: Broker, rows: int = 3) -> None:
+def _snapshot_written(broker: Broker, topic: str, rows: int = 3) -> None:
     """Wait for the connector's snapshot in the topic: the source takes its row schema from
     the events when a run begins (before them it says so and the run fails)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        written = kafkabroker.behind(broker.servers, None, None, r"live\..*")
+        written = kafkabroker.behind(broker.servers, None, [topic], None)
         if written is not None and written.records >= rows:
             return
         time.sleep(1)
     raise AssertionError("Debezium wrote no snapshot within 60 s")
-
-
-def _mirror(spark, spec: Path, server: Server, database: str, rounds: int = 8) -> None:
-    """Run the pipeline until the targets mirror the table (Connect delivers within
-    seconds, not at once); fail with the difference after ``rounds`` runs."""
-    expected = sorted(server.query("SELECT id, name, city FROM customers"))
-    for _ in range(rounds):
-        run(spark, spec)
-        scd1 = sorted(tuple(r)[:3] for r in spark.table(f"{database}.customers").collect())
-        open_rows = spark.table(f"{database}.customers_history").where("__END_AT IS NULL")
-        scd2 = sorted(tuple(r)[:3] for r in open_rows.collect())
-        if scd1 == expected and scd2 == expected:
-            return
-        time.sleep(2)
-    assert (scd1, scd2) == (expected, expected)
 
 
 KILLED = """

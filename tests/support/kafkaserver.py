@@ -1,7 +1,8 @@
 """A throwaway Kafka broker for the end-to-end tests: one KRaft node (broker and controller)
 on 127.0.0.1 at free ports, from Kafka's jars on Maven Central (resolved once into the
 virtualenv, as the session's jars are), with a small heap and its logs in a temp folder;
-and a Kafka Connect worker (standalone) running Debezium's PostgreSQL connector."""
+and a Kafka Connect worker (standalone) running one of Debezium's connectors (PostgreSQL's
+unless told)."""
 
 from __future__ import annotations
 
@@ -28,14 +29,28 @@ BROKER = "org.apache.kafka:kafka_2.13:4.4.0"
 # Kafka's jars bring no slf4j binding: without one the broker logs nothing at all.
 LOGGING = "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3"
 HEAP = "-Xmx384m"
+POSTGRES = "io.debezium:debezium-connector-postgres:3.6.1.Final"
+# Debezium 3's MySQL connector refuses MariaDB (3.6.1 against 10.11: "should support SHOW
+# BINARY LOG STATUS"); MariaDB has its own, whose newest on Maven Central is 3.5.0, which
+# runs in the same worker.
+MARIADB = "io.debezium:debezium-connector-mariadb:3.5.0.Final"
 # Debezium 3.6 is built against Kafka 4.3: its worker must be Connect 4.3 (with 4.4:
 # NoClassDefFoundError org/apache/kafka/common/utils/Sanitizer); a 4.4 broker serves it.
 CONNECT = [
     "org.apache.kafka:connect-runtime:4.3.0",
     "org.apache.kafka:connect-json:4.3.0",
-    "io.debezium:debezium-connector-postgres:3.6.1.Final",
+    POSTGRES,
     LOGGING,
 ]
+
+
+def connect_jars(plugin: str = POSTGRES) -> list[Path]:
+    """The worker with Debezium's connector ``plugin`` (Maven coordinates), each set in its
+    own folder (PostgreSQL's in ``kafka-connect``), so tests of different connectors do not
+    resolve one folder over and over."""
+    name = plugin.split(":")[1].removeprefix("debezium-connector-")
+    folder = "kafka-connect" if plugin == POSTGRES else f"kafka-connect-{name}"
+    return _jars(folder, [plugin if c == POSTGRES else c for c in CONNECT])
 
 
 def _free_port() -> int:
@@ -138,16 +153,19 @@ class Broker:
 
 class Connect:
     """A standalone Connect worker on ``broker`` running one connector (``connector``:
-    its properties), JSON values with schemas (Debezium's usual set-up), its offsets in a
-    file: a restarted worker resumes from them and delivers again what followed."""
+    its properties; ``plugin``: the Maven coordinates of its jar), JSON values with schemas
+    (Debezium's usual set-up), its offsets in a file: a restarted worker resumes from them
+    and delivers again what followed."""
 
-    def __init__(self, broker: Broker, connector: dict[str, str], root: Path) -> None:
+    def __init__(
+        self, broker: Broker, connector: dict[str, str], root: Path, plugin: str = POSTGRES
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.broker, self.connector = broker, connector
         self.port = _free_port()
         self.process: subprocess.Popen | None = None
-        self.classpath = _jars("kafka-connect", CONNECT)
+        self.classpath = connect_jars(plugin)
 
     def start(self, timeout: float = 120) -> Connect:
         worker = {

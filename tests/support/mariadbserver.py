@@ -1,6 +1,8 @@
 """A throwaway MariaDB server for the tests: Debian's binaries, a datadir in a temp folder,
 on 127.0.0.1 at a free port, with user ``autocdc`` (password ``autocdc``) owning database
-``shop``. Tests talk to it through the ``mariadb`` client, so they need no Python driver."""
+``shop``. Tests talk to it through the ``mariadb`` client, so they need no Python driver.
+Started with ``binlog=True`` it writes a row-based binary log and has user ``repl``, who
+may read it as a replica (Debezium's connector) does."""
 
 from __future__ import annotations
 
@@ -40,6 +42,20 @@ CREATE USER IF NOT EXISTS '{USER}'@'%' IDENTIFIED BY '{PASSWORD}';
 GRANT ALL PRIVILEGES ON {DATABASE}.* TO '{USER}'@'%';
 CREATE USER IF NOT EXISTS '{READER}'@'%' IDENTIFIED BY '{READER_PASSWORD}';
 GRANT SELECT ON {DATABASE}.* TO '{READER}'@'%';
+"""
+REPLICATOR, REPLICATOR_PASSWORD = "repl", "repl"
+# What a change-data-capture reader needs: the binary log, row-based with whole rows (the
+# image before an update and delete too), and a user who may read it and take a snapshot.
+BINLOG = [
+    "--log-bin=mysql-bin",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--server-id=1",
+]
+REPLICATION = f"""
+CREATE USER IF NOT EXISTS '{REPLICATOR}'@'%' IDENTIFIED BY '{REPLICATOR_PASSWORD}';
+GRANT SELECT, RELOAD, LOCK TABLES, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT
+  ON *.* TO '{REPLICATOR}'@'%';
 """
 _ESCAPES = {"0": "\0", "t": "\t", "n": "\n"}
 
@@ -141,9 +157,10 @@ class MariaDB:
         self.stop()
 
 
-def start(tmp: Path, timeout: float = 60) -> MariaDB:
+def start(tmp: Path, timeout: float = 60, binlog: bool = False) -> MariaDB:
     """A fresh server in folder ``tmp`` (its own, e.g. ``tmp_path_factory.mktemp("mariadb")``),
-    once ``autocdc`` can log in over TCP. Use it as a context manager or call ``stop()``."""
+    once ``autocdc`` can log in over TCP; with ``binlog`` writing the binary log, user
+    ``repl`` allowed to read it. Use it as a context manager or call ``stop()``."""
     mariadbd, install_db, client = _binaries()
     tmp.mkdir(parents=True, exist_ok=True)
     sock, log, data = tmp / "mariadbd.sock", tmp / "error.log", tmp / "data"
@@ -165,7 +182,8 @@ def start(tmp: Path, timeout: float = 60) -> MariaDB:
     )
     if installed.returncode:
         raise RuntimeError(f"mariadb-install-db failed:\n{installed.stdout}{installed.stderr}")
-    (tmp / "init.sql").write_text(INIT)
+    (tmp / "init.sql").write_text(INIT + (REPLICATION if binlog else ""))
+    options = [*BINLOG, *(o for o in OPTIONS if o != "--skip-log-bin")] if binlog else OPTIONS
     server = MariaDB(root=tmp, port=_free_port(), client=client)
     server.process = subprocess.Popen(
         [
@@ -180,7 +198,7 @@ def start(tmp: Path, timeout: float = 60) -> MariaDB:
             "--bind-address=127.0.0.1",
             f"--port={server.port}",
             "--skip-name-resolve",
-            *OPTIONS,
+            *options,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
