@@ -67,7 +67,11 @@ from autocdc.engine.stage import CORRUPT_RECORD_CONF
 from autocdc.engine.tables import ident
 from autocdc.sources import kafkabroker
 from autocdc.sources.debezium_schema import row_schema_of
-from autocdc.sources.errors import DebeziumSchemaChangedError, DebeziumTopicsError
+from autocdc.sources.errors import (
+    DebeziumSchemaChangedError,
+    DebeziumSchemaError,
+    DebeziumTopicsError,
+)
 
 Connector = Literal["postgresql", "mysql"]
 CONNECTORS: tuple[str, ...] = ("postgresql", "mysql")
@@ -314,6 +318,10 @@ def debezium_kafka(
     ...     connector="postgresql")  # doctest: +SKIP
     """
     check(connector, topics, topic_pattern)
+    # A secured broker: its topics are not checked beforehand, nor its events' schemas read.
+    secured = kafkabroker.secured(options or {})
+    if not secured:
+        kafkabroker.check_topics(bootstrap_servers, topics)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
@@ -327,8 +335,14 @@ def debezium_kafka(
         reader = reader.option(key, value)
     row, new_columns = row_schema, "ignore"  # declared: the columns taken
     if row is None:
-        sample = kafkabroker.newest(bootstrap_servers, topics, topic_pattern, SCHEMA_SAMPLE)
         named = f"topics {topics}" if topics else f"the topics matching {topic_pattern!r}"
+        if secured:
+            raise DebeziumSchemaError(
+                topics=named,
+                problem="the broker is secured (kafka.security/sasl/ssl options), and "
+                "autocdc reads the events' schemas with a client of its own",
+            )
+        sample = kafkabroker.newest(bootstrap_servers, topics, topic_pattern, SCHEMA_SAMPLE)
         row, new_columns = row_schema_of(sample, connector, table, named), "fail"
     return debezium_changes(
         reader.load(),

@@ -152,3 +152,12 @@ class DebeziumSchemaChangedError(SourceError):
         "was applied. Run "
         "the pipeline again: the source takes the new columns, and the target gains them."
     )
+
+
+class KafkaTopicNotFoundError(SourceError):
+    error_class = "AUTOCDC_KAFKA_TOPIC_NOT_FOUND"
+    template = (
+        "Topic(s) {topics} are not on the Kafka broker at {servers} (it has: {known}). Check "
+        "the names (Debezium's are <topic.prefix>.<schema or database>.<table>), or start "
+        "the connector first: it creates its topics with its snapshot."
+    )

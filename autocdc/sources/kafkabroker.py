@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from autocdc.sources.errors import KafkaUnreachableError
+from autocdc.sources.errors import KafkaTopicNotFoundError, KafkaUnreachableError
 
 TIMEOUT_SECONDS = 5.0
+# Spark's Kafka options for a secured broker: their credentials are for Spark's client, and
+# autocdc's own does not take them.
+_SECURED = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
 # The oldest record waiting is looked up per lagging partition; a topic with hundreds of
 # partitions is sampled, so that status stays quick.
 AGE_SAMPLE = 64
@@ -32,6 +36,11 @@ class Behind:
 
     records: int
     oldest_age_seconds: float | None
+
+
+def secured(options: Iterable[str]) -> bool:
+    """Whether Spark's Kafka ``options`` (their names) are those of a secured broker."""
+    return any(str(name).lower().startswith(_SECURED) for name in options)
 
 
 def _consumer(servers: str) -> Consumer:
@@ -105,6 +114,26 @@ def _oldest_age(consumer: Consumer, firsts: list[TopicPartition]) -> float | Non
     return max(0.0, time.time() - min(stamps.values()) / 1000)
 
 
+def _unreachable(servers: str, error: KafkaException) -> KafkaUnreachableError:
+    return KafkaUnreachableError(servers=servers, seconds=TIMEOUT_SECONDS, reason=str(error))
+
+
+def check_topics(servers: str, topics: list[str] | None) -> None:
+    """Refuse a broker that does not answer, and named ``topics`` it does not have (asking
+    for all topics' metadata, which never creates one)."""
+    consumer = _consumer(servers)
+    try:
+        found = consumer.list_topics(timeout=TIMEOUT_SECONDS).topics
+    except KafkaException as error:
+        raise _unreachable(servers, error) from None
+    finally:
+        consumer.close()
+    missing = [t for t in topics or [] if t not in found]
+    if missing:
+        known = sorted(t for t in found if not t.startswith("_"))
+        raise KafkaTopicNotFoundError(topics=missing, servers=servers, known=known or "none")
+
+
 def newest(
     servers: str, topics: list[str] | None, pattern: str | None, per_partition: int
 ) -> list[bytes | None]:
@@ -131,8 +160,6 @@ def newest(
                     reached.add(key)
         return [value for values in read.values() for value in values]
     except KafkaException as error:
-        raise KafkaUnreachableError(
-            servers=servers, seconds=TIMEOUT_SECONDS, reason=str(error)
-        ) from None
+        raise _unreachable(servers, error) from None
     finally:
         consumer.close()

@@ -22,14 +22,16 @@ from projects import run, write_project
 from reference import UPSERT, Change, fold_scd1, fold_scd2
 from sparkconf import SMALL_SPARK
 
+from autocdc import debezium_kafka
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.operations import overview
 from autocdc.sources import kafkabroker
+from autocdc.sources.errors import KafkaTopicNotFoundError
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = ROOT / "pipelines" / "debezium"
-TOPIC = "shop.public.customers"
+TOPIC = "files.public.customers"  # not the example's topic: one broker serves the module
 # The PostgreSQL flow of the example, reading Kafka: no glue but the source's declaration.
 CUSTOMERS = """
 CREATE DEBEZIUM SOURCE customer_changes FROM KAFKA '{servers}'
@@ -109,6 +111,14 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     produce(spark, broker.servers, [other_table, None])
     lag = overview.status(project.load(spec))["flows"][0]["lag"]
     assert lag["records"] == 2 and 0 <= lag["oldest_age_seconds"] < 60
+
+
+def test_a_topic_not_on_the_broker_is_named(spark, broker):
+    with pytest.raises(KafkaTopicNotFoundError) as err:
+        debezium_kafka(
+            spark, bootstrap_servers=broker.servers, connector="mysql", topics=["shop.nope"]
+        )
+    assert "['shop.nope'] are not on the Kafka broker" in str(err.value)
 
 
 LIVE = ROOT / "pipelines" / "debezium-kafka"  # the example, and its servers.py

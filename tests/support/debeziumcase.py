@@ -88,4 +88,4 @@ def mirror(
         if scd1 == expected and scd2 == expected:
             return
         time.sleep(2)
-    assert (scd1, scd2) == (expected, expected)
+    assert (scd1, scd2) == (expected, expected), f"SCD1 {scd1}, SCD2 {scd2}, table {expected}"

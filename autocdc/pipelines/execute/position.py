@@ -81,8 +81,10 @@ def _kafka(options: Any) -> dict[str, Any]:
     topics = [t.strip() for t in subscribed.split(",")] if subscribed else None
     if assigned:
         topics = sorted(json.loads(assigned))
+    # A secured broker is Spark's client's to ask: the lag is unknown.
+    secured = kafkabroker.secured(options.keySet().toArray())
     return {
-        "kind": "kafka",
+        "kind": "other" if secured else "kafka",
         "path": None,
         "servers": options.get("kafka.bootstrap.servers"),
         "topics": topics,
