@@ -46,6 +46,7 @@ Kafka tombstone after a delete, an empty line) carries no change and is skipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Literal
 
@@ -91,39 +92,47 @@ def _hex(number: Column) -> Column:
     return F.conv(number.cast("string"), 10, 16)
 
 
-def _field(source: Column, name: str) -> Column:
-    """A field of the ``source`` block (JSON text) as text; NULL when absent."""
-    return F.get_json_object(source, f"$.{name}")
+# A field of an event's ``source`` block, as text (NULL when absent), by name: from its JSON
+# text, or from the block parsed with every field as text (SOURCE_FIELDS).
+Field = Callable[[str], Column]
+SOURCE_FIELDS = ("sequence", "lsn", "snapshot", "file", "pos", "row", "schema", "db", "table",
+                 "txId", "gtid")  # fmt: skip
 
 
-def _change_rank(source: Column) -> Column:
+def _in_json(source: Column) -> Field:
+    return lambda name: F.get_json_object(source, f"$.{name}")
+
+
+def _change_rank(field: Field) -> Column:
     """0 for a snapshot read, 1 for a change (see the module docstring)."""
-    snapshot = F.lower(_field(source, "snapshot"))
+    snapshot = F.lower(field("snapshot"))
     return F.when(snapshot.isNull() | snapshot.isin("false", "incremental"), 1).otherwise(0)
 
 
-def _postgres_position(source: Column) -> Column:
-    sequence_text = _field(source, "sequence")
-    sequence = F.from_json(sequence_text, "array<string>")
+def _postgres_position(field: Field, sequence: Column | None = None) -> Column:
+    """``sequence``: ``field("sequence")`` parsed, when the caller has it already."""
+    sequence_text = field("sequence")
+    if sequence is None:
+        sequence = F.from_json(sequence_text, "array<string>")
     last_commit_text = F.get(sequence, 0)
     last_commit = _unsigned(last_commit_text)
-    lsn = _unsigned(F.coalesce(F.get(sequence, 1), _field(source, "lsn")))
+    lsn = _unsigned(F.coalesce(F.get(sequence, 1), field("lsn")))
     sequence_ok = sequence_text.isNull() | F.coalesce(
         (F.size(sequence) == 2) & (last_commit_text.isNull() | last_commit.isNotNull()),
         F.lit(False),
     )
     position = F.format_string(
-        "%d/%s/%s", _change_rank(source), _hex(F.greatest(last_commit, lsn)), _hex(lsn)
+        "%d/%s/%s", _change_rank(field), _hex(F.greatest(last_commit, lsn)), _hex(lsn)
     )
     return F.when(sequence_ok & lsn.isNotNull(), position)
 
 
-def _mysql_position(source: Column) -> Column:
-    file_number = _unsigned(F.regexp_extract(_field(source, "file"), r"\.([0-9]+)$", 1))
-    pos = _unsigned(_field(source, "pos"))
-    row = _unsigned(F.coalesce(_field(source, "row"), F.lit("0")))
+def _mysql_position(field: Field) -> Column:
+    file_number = _unsigned(F.regexp_extract(field("file"), r"\.([0-9]+)$", 1))
+    pos = _unsigned(field("pos"))
+    row = _unsigned(F.coalesce(field("row"), F.lit("0")))
     position = F.format_string(
-        "%d/%s/%s/%s", _change_rank(source), _hex(file_number), _hex(pos), _hex(row)
+        "%d/%s/%s/%s", _change_rank(field), _hex(file_number), _hex(pos), _hex(row)
     )
     return F.when(file_number.isNotNull() & pos.isNotNull() & row.isNotNull(), position)
 
@@ -133,7 +142,8 @@ def debezium_position(connector: Connector, source: Column) -> Column:
     NULL when the position is missing or malformed."""
     if connector not in CONNECTORS:
         raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
-    return _postgres_position(source) if connector == "postgresql" else _mysql_position(source)
+    fields = _in_json(source)
+    return _postgres_position(fields) if connector == "postgresql" else _mysql_position(fields)
 
 
 def debezium_sequence(connector: Connector, source: str | Column = "source") -> Column:
@@ -155,26 +165,26 @@ def _envelope(row: DataType) -> StructType:
             StructField("op", StringType()),
             StructField("before", row),
             StructField("after", row),
-            StructField("source", StringType()),  # kept as JSON text: fields vary by version
-            StructField("transaction", StringType()),
+            # Each field as text, whatever its JSON type: the fields that place a change.
+            StructField(
+                "source", StructType([StructField(n, StringType()) for n in SOURCE_FIELDS])
+            ),
+            StructField("transaction", StructType([StructField("id", StringType())])),
         ]
     )
 
 
 def _source_table(connector: Connector, source: Column) -> Column:
-    """The table an event's ``source`` block names: ``schema.table`` (PostgreSQL) or
-    ``db.table`` (MySQL); NULL when it names none."""
-    space, name = (
-        _field(source, "schema" if connector == "postgresql" else "db"),
-        _field(source, "table"),
-    )
+    """The table an event's parsed ``source`` block names: ``schema.table`` (PostgreSQL)
+    or ``db.table`` (MySQL); NULL when it names none."""
+    space, name = source["schema" if connector == "postgresql" else "db"], source["table"]
     return F.when(name.isNotNull(), F.concat_ws(".", space, name))
 
 
 def _transaction(connector: Connector, event: Column) -> Column:
     """The event's transaction id as text (see the module docstring)."""
-    own = _field(event["source"], "txId" if connector == "postgresql" else "gtid")
-    return F.coalesce(_field(event["transaction"], "id"), own)
+    own = event["source"]["txId" if connector == "postgresql" else "gtid"]
+    return F.coalesce(event["transaction"]["id"], own)
 
 
 def _refuse_new_columns(text: Column, row: StructType, table: str | None) -> Column:
@@ -250,21 +260,37 @@ def debezium_changes(
     parsed = parsed.withColumn(NO_CHANGE, tombstone)
     if not mark_tombstones:
         parsed = parsed.where(~F.col(NO_CHANGE))
-    event = F.when(e["payload"].isNotNull(), e["payload"]).otherwise(
-        F.struct(*[e[name] for name in envelope.names])
+    # The event, and its parsed sequence, projected once: every expression below reads
+    # them, and Spark keeps a projection of its own for what is read more than once.
+    parsed = parsed.select(
+        "raw",
+        NO_CHANGE,
+        F.col(f"e.{corrupt}").alias("__corrupt"),
+        F.when(e["payload"].isNotNull(), e["payload"])
+        .otherwise(F.struct(*[e[name] for name in envelope.names]))
+        .alias("__event"),
     )
+    event = F.col("__event")
+    source = event["source"]
     if table is not None:
-        named = _source_table(connector, event["source"])
+        named = _source_table(connector, source)
         parsed = parsed.where(F.coalesce(named == F.lit(table), F.lit(True)))
+    sequence = None
+    if connector == "postgresql":
+        sequence = F.col("__sequence")
+        parsed = parsed.withColumn("__sequence", F.from_json(source["sequence"], "array<string>"))
     op = event["op"]
     image = F.when(op == "d", event["before"]).when(op != "t", event["after"])
     change_type = F.when(op.isin("c", "r", "u"), UPSERT).when(op == "d", DELETE)
     change_type = change_type.when(op == "t", TRUNCATE)
-    position = debezium_position(connector, event["source"])
+    if connector == "postgresql":
+        position = _postgres_position(source.getField, sequence)
+    else:
+        position = _mysql_position(source.getField)
     if new_columns == "fail":
         position = F.coalesce(_refuse_new_columns(F.col("raw"), row, table), position)
     mapped = (
-        e[corrupt].isNull()
+        F.col("__corrupt").isNull()
         & change_type.isNotNull()
         & ((op == "t") | image.isNotNull())
         & position.isNotNull()
