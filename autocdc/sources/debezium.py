@@ -142,8 +142,15 @@ def debezium_position(connector: Connector, source: Column) -> Column:
     NULL when the position is missing or malformed."""
     if connector not in CONNECTORS:
         raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
-    fields = _in_json(source)
-    return _postgres_position(fields) if connector == "postgresql" else _mysql_position(fields)
+    return _position(connector, _in_json(source))
+
+
+def _position(connector: Connector, field: Field, sequence: Column | None = None) -> Column:
+    """The connector's position from the ``source`` fields (PostgreSQL's ``sequence``
+    already parsed, when the caller has it)."""
+    if connector == "postgresql":
+        return _postgres_position(field, sequence)
+    return _mysql_position(field)
 
 
 def debezium_sequence(connector: Connector, source: str | Column = "source") -> Column:
@@ -283,10 +290,7 @@ def debezium_changes(
     image = F.when(op == "d", event["before"]).when(op != "t", event["after"])
     change_type = F.when(op.isin("c", "r", "u"), UPSERT).when(op == "d", DELETE)
     change_type = change_type.when(op == "t", TRUNCATE)
-    if connector == "postgresql":
-        position = _postgres_position(source.getField, sequence)
-    else:
-        position = _mysql_position(source.getField)
+    position = _position(connector, source.getField, sequence)
     if new_columns == "fail":
         position = F.coalesce(_refuse_new_columns(F.col("raw"), row, table), position)
     mapped = (

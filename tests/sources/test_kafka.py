@@ -25,7 +25,6 @@ from sparkconf import SMALL_SPARK
 from autocdc import debezium_kafka
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.operations import overview
-from autocdc.sources import kafkabroker
 from autocdc.sources.errors import KafkaTopicNotFoundError
 
 pytestmark = pytest.mark.e2e
@@ -160,7 +159,7 @@ def test_debeziums_postgres_connector_through_kafka_mirrors_the_table(
 
         for sql in case.WRITES:
             server.execute(sql)
-        _snapshot_written(broker, servers.TOPIC)
+        case.written(broker.servers, servers.TOPIC, 3)
         case.mirror(spark, spec, table, database)
         connect.stop()
         for sql in AFTER_RESTART:
@@ -185,18 +184,6 @@ def test_debeziums_postgres_connector_through_kafka_mirrors_the_table(
         if connect is not None:
             connect.stop()
         server.stop()
-
-
-def _snapshot_written(broker: Broker, topic: str, rows: int = 3) -> None:
-    """Wait for the connector's snapshot in the topic: the source takes its row schema from
-    the events when a run begins (before them it says so and the run fails)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        written = kafkabroker.behind(broker.servers, None, [topic], None)
-        if written is not None and written.records >= rows:
-            return
-        time.sleep(1)
-    raise AssertionError("Debezium wrote no snapshot within 60 s")
 
 
 KILLED = """

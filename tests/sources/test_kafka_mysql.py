@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 
 import debeziumcase as case
 import pytest
 from kafkaserver import MARIADB, Broker, Connect
 from mariadbserver import REPLICATOR, REPLICATOR_PASSWORD, MariaDB, start
-
-from autocdc.sources import kafkabroker
 
 pytestmark = pytest.mark.e2e
 
@@ -69,11 +66,11 @@ def test_debeziums_binlog_connector_through_kafka_mirrors_a_mariadb_table(
 
         # The snapshot first: taken after some of the writes, it would hold their result
         # instead of the versions before them.
-        _written(broker, 3)
+        case.written(broker.servers, TOPIC, 3)
         for sql in case.WRITES:
             mariadb.sql(sql)
         # A delete is two records (the event, then a tombstone): 3 + 9 in all.
-        _written(broker, 12)
+        case.written(broker.servers, TOPIC, 12)
         case.mirror(spark, spec, table, database)
         connect.stop()
         dataclasses.replace(mariadb, user=REPLICATOR, password=REPLICATOR_PASSWORD).sql(
@@ -82,7 +79,8 @@ def test_debeziums_binlog_connector_through_kafka_mirrors_a_mariadb_table(
         for sql in AFTER_RESTART:
             mariadb.sql(sql)
         connect.start()
-        _written(broker, 16)  # the key change is a delete (and its tombstone) and an insert
+        # The key change is a delete (and its tombstone) and an insert.
+        case.written(broker.servers, TOPIC, 16)
         case.mirror(spark, spec, table, database)
 
         assert case.versions(spark, database) == case.VERSIONS
@@ -122,16 +120,3 @@ def _connector(server: MariaDB, broker: Broker) -> dict[str, str]:
         "schema.history.internal.kafka.topic": "binlog-schema-history",
         "snapshot.mode": "initial",
     }
-
-
-def _written(broker: Broker, records: int) -> None:
-    """Wait for at least ``records`` records in the topic: the snapshot before the source
-    takes its row schema from the events, the changes before a run, so that it need not
-    wait for a second (a worker restarted may write some again: then it may)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        written = kafkabroker.behind(broker.servers, None, [TOPIC], None)
-        if written is not None and written.records >= records:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"Debezium wrote not {records} records within 60 s: {written}")

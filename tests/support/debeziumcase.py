@@ -11,6 +11,8 @@ from pathlib import Path
 
 from projects import run
 
+from autocdc.sources import kafkabroker
+
 PIPELINE = """
 from autocdc import pipelines as dp
 
@@ -89,3 +91,17 @@ def mirror(
             return
         time.sleep(2)
     assert (scd1, scd2) == (expected, expected), f"SCD1 {scd1}, SCD2 {scd2}, table {expected}"
+
+
+def written(servers: str, topic: str, records: int) -> None:
+    """Wait until ``topic`` holds at least ``records`` records: the connector's snapshot
+    before the source takes its row schema from the events (before them it says so and
+    the run fails), the changes before a run, so that it need not wait for a second."""
+    deadline = time.monotonic() + 60
+    found = None
+    while time.monotonic() < deadline:
+        found = kafkabroker.behind(servers, None, [topic], None)
+        if found is not None and found.records >= records:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Debezium wrote not {records} records within 60 s: {found}")
