@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
-from autocdc.engine.commit import Tables
+from autocdc.engine.commit import Tables, holds_no_files
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import StagedBatch, col
 
@@ -59,6 +59,13 @@ def sole_changes(batch: Batch) -> bool:
     return batch.staged.changes.select(*keys).distinct().count() == batch.counts.keyed
 
 
+def into_empty_target(batch: Batch) -> bool:
+    """Whether the target holds no file: then an initial load (:func:`sole_changes`) only
+    inserts, and its rows are appended rather than MERGEd (a MERGE of 2M rows into an empty
+    table took 2.7-3.0 s, their append 1.6 s). One small job, for such a first batch only."""
+    return holds_no_files(batch.spark, batch.names.target)
+
+
 @dataclass(frozen=True)
 class Plan:
     """What the batch changes; nothing of it has run yet (DataFrames are materialized
@@ -69,6 +76,8 @@ class Plan:
     late: DataFrame | None  # changes the reconcile quarantines: source columns, SEQ, REASON
     stats: dict[str, int] = field(default_factory=dict)
     horizons: DataFrame | None = None  # SCD type 1: new horizons (a truncate moved them)
+    # An initial load into an empty target: its rows, appended instead of ``merge``.
+    load: DataFrame | None = None
 
     @property
     def changes_state(self) -> bool:
@@ -76,4 +85,9 @@ class Plan:
 
     @property
     def changes_anything(self) -> bool:
-        return self.changes_state or self.merge is not None or self.late is not None
+        return (
+            self.changes_state
+            or self.merge is not None
+            or self.load is not None
+            or self.late is not None
+        )

@@ -6,9 +6,10 @@ all. The protocol makes one of them, the target, decide:
 1. **Redo.** The batch's state rows and quarantine rows are written to a redo folder of
    their own, ``<warehouse>/<target>__autocdc_redo/<batch>-<token>/``. Nothing reads it
    unless step 2 committed.
-2. **Target commit.** The target MERGE (or, when the target does not change, an empty
-   append) commits with Delta's idempotent-write pair ``(txnAppId, txnVersion) =
-   (autocdc/<target>, batch)`` and the token in its ``userMetadata``. Batch ids are the
+2. **Target commit.** The target MERGE (or an append: of an initial load's rows into an
+   empty target, or of nothing when the target does not change) commits with Delta's
+   idempotent-write pair ``(txnAppId, txnVersion) = (autocdc/<target>, batch)`` and the
+   token in its ``userMetadata``. Batch ids are the
    target's committed version plus one, so Delta itself refuses every stale writer: a
    write whose version is not above the committed one is skipped (we see an empty
    result and start over), and two writers committing at once conflict
@@ -111,6 +112,11 @@ def table_version(spark: SparkSession, name: str) -> int:
     return int(_snapshot(spark, name).version())
 
 
+def holds_no_files(spark: SparkSession, name: str) -> bool:
+    """Whether table ``name`` holds no data file (one small job: Delta's snapshot state)."""
+    return int(_snapshot(spark, name).numOfFiles()) == 0
+
+
 def committed_version(spark: SparkSession, name: str, app_id: str) -> int:
     """The last ``txnVersion`` of ``app_id`` committed to table ``name`` (0: none).
 
@@ -168,13 +174,14 @@ def commit_target(
     names: Tables,
     redo: Redo,
     merge: Callable[[], DataFrame] | None,
-    target_schema: StructType,
+    appended: DataFrame,
 ) -> dict[str, int]:
-    """Step 2: run ``merge`` (or an empty append) as the batch's commit point.
+    """Step 2: run ``merge``, else append ``appended`` (rows for an empty target, or none),
+    as the batch's commit point.
 
-    Returns the MERGE's row counts. Raises :class:`LostRace` when another writer
-    committed this batch id first: the caller recomputes against the new state (if the
-    commit was ours after all, that run finds it through :func:`catch_up`)."""
+    Returns the MERGE's row counts (none for an append). Raises :class:`LostRace` when
+    another writer committed this batch id first: the caller recomputes against the new
+    state (if the commit was ours after all, that run finds it through :func:`catch_up`)."""
     token = f"autocdc:{redo.batch}:{redo.token}"
     try:
         with _transaction(spark, names.app_id, redo.batch, token):
@@ -183,9 +190,7 @@ def commit_target(
             else:
                 result = None
                 location = tables.default_location(spark, names.target)
-                spark.createDataFrame([], target_schema).write.format("delta").mode("append").save(
-                    location
-                )
+                appended.write.format("delta").mode("append").save(location)
     except CONFLICTS as error:
         raise LostRace(str(error)) from error
     if result is None:  # an append Delta skipped says nothing: look at the last commit

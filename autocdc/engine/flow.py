@@ -218,8 +218,10 @@ class AutoCdcFlow(FlowSpec):
         rows = plan.state_rows.unionByName(st.meta_row(horizons, grown, batch.layout))
         redo = commit.write_redo(spark, names, batch.batch_id, rows, q_rows)
         steps.lap("redo")
-        target_schema = tables.read(spark, names.target).schema
-        merged = commit.commit_target(spark, names, redo, plan.merge, target_schema)
+        appended = plan.load
+        if appended is None:  # nothing to append: an empty commit when there is no MERGE
+            appended = spark.createDataFrame([], tables.read(spark, names.target).schema)
+        merged = commit.commit_target(spark, names, redo, plan.merge, appended)
         steps.lap("merge")
         crash_point("after_target_commit")
         commit.apply_redo(
@@ -279,7 +281,9 @@ class AutoCdcFlow(FlowSpec):
     ) -> BatchMetrics:
         stats = plan.stats
         if self.stored_as_scd_type == 1:
-            upserted = merged.get("num_inserted_rows", 0) + merged.get("num_updated_rows", 0)
+            upserted = stats.get("loaded", 0) + sum(
+                merged.get(n, 0) for n in ("num_inserted_rows", "num_updated_rows")
+            )
             deleted = merged.get("num_deleted_rows", 0)
         else:
             upserted, deleted = stats.get("upserted", 0), stats.get("deleted", 0)

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine.batch import Batch, Plan, sole_changes
+from autocdc.engine.batch import Batch, Plan, into_empty_target, sole_changes
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
@@ -534,7 +534,8 @@ def plan(batch: Batch) -> Plan:
     if not layout.grouped and sole_changes(batch):  # nothing stored: no state, no horizon
         events = classify(staged.changes, None, None, layout, quarantine_late)
         touched = fold(events, None, None, layout, batch.batch_id, False)
-        return _planned(batch, layout, events, touched.localCheckpoint(), None)
+        load = into_empty_target(batch)
+        return _planned(batch, layout, events, touched.localCheckpoint(), None, load)
     bounds = None  # no truncate now or before, nothing collected: no horizon to join
     if batch.counts.truncates:
         truncated = staged.tagged.agg(
@@ -577,9 +578,11 @@ def _planned(
     events: DataFrame,
     touched: DataFrame,
     new_horizons: DataFrame | None,
+    load: bool = False,
 ) -> Plan:
     """The plan of the ``touched`` keys (materialized): one aggregate for the counts and
-    the MERGE's key bound."""
+    the MERGE's key bound. ``load``: the target is empty and nothing is stored, so every
+    action inserts; the rows are appended, no MERGE."""
     layout = full.group_layout() if full.grouped else full
     staged = batch.staged
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
@@ -619,8 +622,19 @@ def _planned(
         late = events.where(col(LATE)).select(
             *[col(c) for c in [*staged.source_columns, SEQ, REASON]]
         )
+    state_rows = full.select(touched.where(changed))
+    if load and stats["actions"]:
+        inserts = touched.where(col(ACTION).isNotNull())
+        stats["loaded"] = stats["actions"]
+        return Plan(
+            state_rows=state_rows,
+            merge=None,
+            late=late,
+            stats=stats,
+            load=inserts.select(*[col(c) for c in [*full.key_names, *full.value_names]]),
+        )
     return Plan(
-        state_rows=full.select(touched.where(changed)),
+        state_rows=state_rows,
         merge=(
             merge(
                 batch.spark,

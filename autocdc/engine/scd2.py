@@ -33,7 +33,7 @@ from pyspark.sql.types import DataType
 from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine.batch import Batch, Plan, sole_changes
+from autocdc.engine.batch import Batch, Plan, into_empty_target, sole_changes
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
 
@@ -178,23 +178,27 @@ def _continued(
     replaced in place (new untracked values), and an upsert that opens a version is
     inserted. A row whose ``__START_AT`` is NULL matches the key's open version (see
     :func:`merge`'s condition). Not for a partial target, whose columns carry over.
-    ``sole``: ``rows`` are new changes of keys that logged nothing, one each (nothing to
-    group)."""
+    ``sole``: ``rows`` are new changes of keys that logged nothing, one each: an upsert
+    opens its key's first version, a delete writes nothing (a plain projection: the
+    general expression took 7 s of a 2M-row initial load)."""
     keys, values = layout.key_names, layout.value_names
+    if sole:
+        opened = rows.where(col(st.LIVE)).withColumns(
+            {START_AT: col(st.UPS), END_AT: F.lit(None).cast(layout.sequence)}
+        )
+        return opened.select(
+            *[col(c).cast(t).alias(c) for c, t in types.items()], F.lit(False).alias(GONE)
+        )
     fields = {f.name: f.dataType for f in layout.values}
     is_new = col(FRESH)
     row = F.struct(
         col(st.LIVE).alias(st.LIVE), col(st.UPS).alias(st.UPS), *[col(v) for v in values]
     )
-    if sole:
-        nothing = F.lit(None).cast(rows.select(row.alias(LAST)).schema[LAST].dataType)
-        per_key = rows.select(*[col(k) for k in keys], nothing.alias(LAST), row.alias(EVENT))
-    else:
-        last_order = F.struct(col(st.UPS), (~col(st.LIVE)).cast("int"), layout.tie())
-        per_key = rows.groupBy(*[col(k) for k in keys]).agg(
-            F.max_by(row, F.when(~is_new, last_order)).alias(LAST),
-            F.max_by(row, F.when(is_new, F.lit(1))).alias(EVENT),
-        )
+    last_order = F.struct(col(st.UPS), (~col(st.LIVE)).cast("int"), layout.tie())
+    per_key = rows.groupBy(*[col(k) for k in keys]).agg(
+        F.max_by(row, F.when(~is_new, last_order)).alias(LAST),
+        F.max_by(row, F.when(is_new, F.lit(1))).alias(EVENT),
+    )
     last, event = col(LAST), col(EVENT)
 
     def same(names: list[str]) -> Column:
@@ -228,6 +232,12 @@ def _continued(
     )
 
 
+def _target_types(layout: st.Layout) -> dict[str, DataType]:
+    """The target's columns and their types."""
+    types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
+    return types | {START_AT: layout.sequence, END_AT: layout.sequence}
+
+
 def merge(
     spark: SparkSession,
     target: str,
@@ -245,8 +255,7 @@ def merge(
     ``keys_bound`` (the touched keys'). ``sole``: ``rows`` are only new changes, one per
     key, and nothing is logged (not spread: nothing is grouped)."""
     keys, values = layout.key_names, layout.value_names
-    types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
-    types |= {START_AT: layout.sequence, END_AT: layout.sequence}
+    types = _target_types(layout)
     columns = list(types)
 
     def changed() -> DataFrame:
@@ -384,6 +393,11 @@ def plan(batch: Batch) -> Plan:
     }
     if not new:
         return Plan(state_rows=new_events, merge=None, late=None, stats=stats)
+    if sole and into_empty_target(batch):  # an initial load: each upsert opens a version
+        opened = _continued(layout, batch.tracked, rows, _target_types(layout), sole=True)
+        return Plan(
+            state_rows=new_events, merge=None, late=None, stats=stats, load=opened.drop(GONE)
+        )
     run = merge(
         spark,
         batch.names.target,

@@ -14,6 +14,7 @@ from users import (
     SOLE_SECOND,
     as_changes,
     assert_target,
+    operations,
     users_flow,
 )
 
@@ -29,15 +30,33 @@ from autocdc.engine.errors import (
 def test_a_first_batch_of_one_change_per_key_is_folded_row_by_row_as_the_fold_says(
     spark, new_table, sole_batches, ignore_null_updates
 ):
-    """The first batch (nothing stored, no key twice) skips the shuffle; what it stores
-    (tombstones, winners' hashes, per-column sequences) judges the next batch as ever."""
+    """The first batch (nothing stored, no key twice) skips the shuffle and, the target
+    being empty, is appended to it; what it stores (tombstones, winners' hashes,
+    per-column sequences) judges the next batch as ever."""
     target = new_table("sole")
     flow = users_flow(target, ignore_null_updates=ignore_null_updates)
-    for rows in (SOLE_FIRST, SOLE_SECOND):
-        flow.apply(spark.createDataFrame(rows, SCHEMA))
+    first, _ = [
+        flow.apply(spark.createDataFrame(rows, SCHEMA)) for rows in (SOLE_FIRST, SOLE_SECOND)
+    ]
     assert sole_batches == [True, False]
+    assert operations(spark, target) == ["WRITE", "MERGE"]
+    assert (first.upserted, first.deleted, first.tombstones_written) == (4, 0, 1)
     expected = fold_scd1(as_changes(SOLE_FIRST + SOLE_SECOND), ignore_null_updates)
     assert_target(spark, target, [(k, *v) for k, v in expected.items()])
+
+
+def test_a_first_batch_into_a_target_that_holds_rows_is_merged_not_appended(spark, new_table):
+    """A flow adopting a table that has rows: its first batch MERGEs (key 1 is updated,
+    not added twice; key 7, not in the batch, stays)."""
+    target = new_table("adopted")
+    held = [(1, "old", "y"), (7, "g", "z")]
+    spark.createDataFrame(held, "userId int, name string, city string").write.format(
+        "delta"
+    ).saveAsTable(target)
+    users_flow(target).apply(spark.createDataFrame(SOLE_FIRST, SCHEMA))
+    assert operations(spark, target)[-1] == "MERGE"
+    expected = fold_scd1(as_changes(SOLE_FIRST))
+    assert_target(spark, target, [(k, *v) for k, v in expected.items()] + [held[1]])
 
 
 def test_worked_example_in_reverse_and_split(spark, new_table):

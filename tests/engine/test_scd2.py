@@ -11,9 +11,11 @@ from users import (
     SCHEMA,
     SOLE_FIRST,
     SOLE_SECOND,
+    VERSIONS,
     as_changes,
     assert_versions,
     history_flow,
+    operations,
 )
 
 import autocdc
@@ -129,8 +131,21 @@ def test_a_first_batch_of_one_change_per_key_opens_histories_as_the_fold_says(
     for rows in (SOLE_FIRST, SOLE_SECOND):
         flow.apply(spark.createDataFrame(rows, SCHEMA))
     assert sole_batches == [True, False]
+    assert operations(spark, target) == ["WRITE", "MERGE"]  # into the empty target: appended
     expected = fold_scd2(as_changes(SOLE_FIRST + SOLE_SECOND), tracked=[0])
     assert_versions(spark, target, [(k, *v, s, e) for k, v, s, e in expected])
+
+
+def test_a_first_batch_into_a_target_that_holds_versions_is_merged_not_appended(spark, new_table):
+    """A flow adopting a table that has versions: its first batch MERGEs (key 1's version
+    at the same start is rewritten, not added twice; key 7, not in the batch, stays)."""
+    target = new_table("hist_adopted")
+    held = [(1, "old", "y", 10, None), (7, "g", "z", 1, None)]
+    spark.createDataFrame(held, VERSIONS).write.format("delta").saveAsTable(target)
+    history_flow(target).apply(spark.createDataFrame(SOLE_FIRST, SCHEMA))
+    assert operations(spark, target)[-1] == "MERGE"
+    expected = fold_scd2(as_changes(SOLE_FIRST), tracked=[0, 1])
+    assert_versions(spark, target, [(k, *v, s, e) for k, v, s, e in expected] + [held[1]])
 
 
 def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(spark, new_table):

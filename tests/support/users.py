@@ -59,6 +59,12 @@ def assert_target(spark, target, rows, schema="userId int, name string, city str
     assert_df_equality(spark.table(target), expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def operations(spark, target: str) -> list[str]:
+    """The operations of the target's commits after its creation, oldest first."""
+    history = spark.sql(f"DESCRIBE HISTORY {target}").orderBy("version").collect()
+    return [h.operation for h in history[1:]]
+
+
 def assert_versions(spark, target, rows) -> None:
     assert_target(spark, target, rows, VERSIONS)
 
