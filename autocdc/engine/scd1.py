@@ -534,8 +534,9 @@ def plan(batch: Batch) -> Plan:
     if not layout.grouped and sole_changes(batch):  # nothing stored: no state, no horizon
         events = classify(staged.changes, None, None, layout, quarantine_late)
         touched = fold(events, None, None, layout, batch.batch_id, False)
-        load = into_empty_target(batch)
-        return _planned(batch, layout, events, touched.localCheckpoint(), None, load)
+        if into_empty_target(batch):  # read thrice (counts, redo, append), each a projection
+            return _planned(batch, layout, events, touched, None, load=True)  # of the cache
+        return _planned(batch, layout, events, touched.localCheckpoint(), None)
     bounds = None  # no truncate now or before, nothing collected: no horizon to join
     if batch.counts.truncates:
         truncated = staged.tagged.agg(
@@ -580,9 +581,9 @@ def _planned(
     new_horizons: DataFrame | None,
     load: bool = False,
 ) -> Plan:
-    """The plan of the ``touched`` keys (materialized): one aggregate for the counts and
-    the MERGE's key bound. ``load``: the target is empty and nothing is stored, so every
-    action inserts; the rows are appended, no MERGE."""
+    """The plan of the ``touched`` keys (materialized, unless a ``load``): one aggregate
+    for the counts and the MERGE's key bound. ``load``: the target is empty and nothing
+    is stored, so every action inserts; the rows are appended, no MERGE."""
     layout = full.group_layout() if full.grouped else full
     staged = batch.staged
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)

@@ -351,9 +351,12 @@ def plan(batch: Batch) -> Plan:
     sole = not layout.partial and sole_changes(batch)
     events = event_rows(batch.staged.changes, layout, batch.batch_id, sole)
     fresh = col(FRESH)
+    load = sole and into_empty_target(batch)
     if sole:
         flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)]
-        rows = events.select("*", *flags).localCheckpoint()
+        rows = events.select("*", *flags)
+        if not load:  # a load reads it thrice (counts, redo, append), each a projection
+            rows = rows.localCheckpoint()  # of the cached batch: nothing to materialize
     else:
         logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
         batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
@@ -393,7 +396,7 @@ def plan(batch: Batch) -> Plan:
     }
     if not new:
         return Plan(state_rows=new_events, merge=None, late=None, stats=stats)
-    if sole and into_empty_target(batch):  # an initial load: each upsert opens a version
+    if load:  # an initial load into an empty target: each upsert opens a version
         opened = _continued(layout, batch.tracked, rows, _target_types(layout), sole=True)
         return Plan(
             state_rows=new_events, merge=None, late=None, stats=stats, load=opened.drop(GONE)
