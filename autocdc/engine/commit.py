@@ -9,11 +9,10 @@ all. The protocol makes one of them, the target, decide:
 2. **Target commit.** The target MERGE (or an append: of an initial load's rows into an
    empty target, or of nothing when the target does not change) commits with Delta's
    idempotent-write pair ``(txnAppId, txnVersion) = (autocdc/<target>, batch)`` and the
-   token in its ``userMetadata``. Batch ids are the
-   target's committed version plus one, so Delta itself refuses every stale writer: a
-   write whose version is not above the committed one is skipped (we see an empty
-   result and start over), and two writers committing at once conflict
-   (``ConcurrentTransactionException``).
+   token in its ``userMetadata``. Batch ids are the target's committed version plus one,
+   so Delta itself refuses every stale writer: a write whose version is not above the
+   committed one is skipped (we see an empty result and start over), and two writers
+   committing at once conflict (``ConcurrentTransactionException``).
 3. **Redo applied.** The redo's state rows are appended to the state table, and its
    quarantine rows to the quarantine table, each with the same ``(app, batch)``, so a
    repeat is skipped by Delta; then the redo folder goes.
