@@ -173,10 +173,10 @@ def commit_target(
     names: Tables,
     redo: Redo,
     merge: Callable[[], DataFrame] | None,
-    appended: DataFrame,
+    load: DataFrame | None,
 ) -> dict[str, int]:
-    """Step 2: run ``merge``, else append ``appended`` (rows for an empty target, or none),
-    as the batch's commit point.
+    """Step 2: run ``merge``, else append ``load`` (an initial load's rows for an empty
+    target) or, with neither, nothing, as the batch's commit point.
 
     Returns the MERGE's row counts (none for an append). Raises :class:`LostRace` when
     another writer committed this batch id first: the caller recomputes against the new
@@ -188,8 +188,10 @@ def commit_target(
                 result = merge().collect()
             else:
                 result = None
+                if load is None:
+                    load = spark.createDataFrame([], tables.read(spark, names.target).schema)
                 location = tables.default_location(spark, names.target)
-                appended.write.format("delta").mode("append").save(location)
+                load.write.format("delta").mode("append").save(location)
     except CONFLICTS as error:
         raise LostRace(str(error)) from error
     if result is None:  # an append Delta skipped says nothing: look at the last commit

@@ -218,10 +218,7 @@ class AutoCdcFlow(FlowSpec):
         rows = plan.state_rows.unionByName(st.meta_row(horizons, grown, batch.layout))
         redo = commit.write_redo(spark, names, batch.batch_id, rows, q_rows)
         steps.lap("redo")
-        appended = plan.load
-        if appended is None:  # nothing to append: an empty commit when there is no MERGE
-            appended = spark.createDataFrame([], tables.read(spark, names.target).schema)
-        merged = commit.commit_target(spark, names, redo, plan.merge, appended)
+        merged = commit.commit_target(spark, names, redo, plan.merge, plan.load)
         steps.lap("merge")
         crash_point("after_target_commit")
         commit.apply_redo(
@@ -281,9 +278,10 @@ class AutoCdcFlow(FlowSpec):
     ) -> BatchMetrics:
         stats = plan.stats
         if self.stored_as_scd_type == 1:
-            upserted = stats.get("loaded", 0) + sum(
-                merged.get(n, 0) for n in ("num_inserted_rows", "num_updated_rows")
-            )
+            if plan.load is not None:  # appended: every action inserts
+                upserted = stats["actions"]
+            else:
+                upserted = merged.get("num_inserted_rows", 0) + merged.get("num_updated_rows", 0)
             deleted = merged.get("num_deleted_rows", 0)
         else:
             upserted, deleted = stats.get("upserted", 0), stats.get("deleted", 0)

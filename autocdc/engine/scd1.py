@@ -626,7 +626,6 @@ def _planned(
     state_rows = full.select(touched.where(changed))
     if load and stats["actions"]:
         inserts = touched.where(col(ACTION).isNotNull())
-        stats["loaded"] = stats["actions"]
         return Plan(
             state_rows=state_rows,
             merge=None,
