@@ -41,6 +41,7 @@ from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
 from autocdc.engine.batch import Batch, Plan, into_empty_target, sole_changes
+from autocdc.engine.checkpoint import materialized
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
@@ -527,16 +528,15 @@ def _few(batch: Batch) -> bool:
 
 def plan(batch: Batch) -> Plan:
     """Reconcile the batch against the state of its keys (all keys when it truncates):
-    one materialized pass, one aggregate for the counts."""
+    one materialized pass, its counts observed on the way."""
     spark, layout, staged = batch.spark, batch.layout, batch.staged
     keys = layout.key_names
     quarantine_late = batch.spec.late_beyond_horizon == "quarantine"
     if not layout.grouped and sole_changes(batch):  # nothing stored: no state, no horizon
         events = classify(staged.changes, None, None, layout, quarantine_late)
         touched = fold(events, None, None, layout, batch.batch_id, False)
-        if into_empty_target(batch):  # read thrice (counts, redo, append), each a projection
-            return _planned(batch, layout, events, touched, None, load=True)  # of the cache
-        return _planned(batch, layout, events, touched.localCheckpoint(), None)
+        # A load reads it thrice (counts, redo, append), each a projection of the cache.
+        return _planned(batch, layout, events, touched, None, load=into_empty_target(batch))
     bounds = None  # no truncate now or before, nothing collected: no horizon to join
     if batch.counts.truncates:
         truncated = staged.tagged.agg(
@@ -570,7 +570,7 @@ def plan(batch: Batch) -> Plan:
         new_horizons = bounds.select(
             col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
         ).localCheckpoint()
-    return _planned(batch, full, events, touched.localCheckpoint(), new_horizons)
+    return _planned(batch, full, events, touched, new_horizons)
 
 
 def _planned(
@@ -581,9 +581,10 @@ def _planned(
     new_horizons: DataFrame | None,
     load: bool = False,
 ) -> Plan:
-    """The plan of the ``touched`` keys (materialized, unless a ``load``): one aggregate
-    for the counts and the MERGE's key bound. ``load``: the target is empty and nothing
-    is stored, so every action inserts; the rows are appended, no MERGE."""
+    """The plan of the ``touched`` keys, materialized with the counts and the MERGE's key
+    bound observed on the way. ``load``: the target is empty and nothing is stored, so
+    every action inserts; the rows are appended, no MERGE, and ``touched`` (a projection
+    of the cached batch) is not materialized: one aggregate counts it."""
     layout = full.group_layout() if full.grouped else full
     staged = batch.staged
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
@@ -598,7 +599,7 @@ def _planned(
     def count(condition: Column) -> Column:
         return F.count(F.when(condition, 1))
 
-    row = touched.agg(
+    aggregates = [
         F.struct(
             total(N_EVENTS).alias("distinct"),
             total(N_LATE).alias("late"),
@@ -616,7 +617,11 @@ def _planned(
         # The MERGE's key bound: the keys with an action (listed if there can be few:
         # with a truncate every stored key is touched).
         *kb.aggregates(full.keys, col(ACTION).isNotNull(), listed=_few(batch)),
-    ).first()
+    ]
+    if load:
+        row = touched.agg(*aggregates).first()
+    else:
+        touched, row = materialized(touched, aggregates)
     stats = row["stats"].asDict()
     late = None
     if stats["late"]:
@@ -641,7 +646,7 @@ def _planned(
                 batch.names.target,
                 layout,
                 touched,
-                kb.from_row(row, full.keys, clustered=bool(batch.spec.cluster_by)),
+                kb.from_row(row, full.keys),
                 stats["actions"],
                 stats["ties"],
             )

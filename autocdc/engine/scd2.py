@@ -34,6 +34,7 @@ from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
 from autocdc.engine.batch import Batch, Plan, into_empty_target, sole_changes
+from autocdc.engine.checkpoint import materialized
 from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
 
@@ -347,13 +348,18 @@ def plan(batch: Batch) -> Plan:
     # each key only opens its history (a partial target's always takes the general path).
     sole = not layout.partial and sole_changes(batch)
     events = event_rows(batch.staged.changes, layout, batch.batch_id, sole)
-    fresh = col(FRESH)
+    fresh, new_event = col(FRESH), col(NEW)
     load = sole and into_empty_target(batch)
+    aggregates = [
+        F.count(F.when(fresh, 1)).alias("distinct"),
+        F.count(F.when(new_event & col(st.LIVE), 1)).alias("upserts"),
+        F.count(F.when(new_event & ~col(st.LIVE), 1)).alias("deletes"),
+        # The MERGE's key bound: the keys of new changes (listed if there can be few).
+        *kb.aggregates(layout.keys, new_event, listed=batch.counts.keyed <= kb.MAX_IN_LIST),
+    ]
     if sole:
         flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)]
         rows = events.select("*", *flags)
-        if not load:  # a load reads it thrice (counts, redo, append), each a projection
-            rows = rows.localCheckpoint()  # of the cached batch: nothing to materialize
     else:
         logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
         batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
@@ -368,20 +374,12 @@ def plan(batch: Batch) -> Plan:
             .repartition(*key_cols)
             .withColumn(NEW, fresh & ~F.max(~fresh).over(same_change))
             .withColumn(TOUCHED, F.max(col(NEW)).over(Window.partitionBy(*key_cols)))
-            .localCheckpoint()
         )
-    new_events = rows.where(col(NEW)).drop(FRESH, NEW, TOUCHED)
-    row = (
-        rows.where(fresh)
-        .agg(
-            F.count(F.lit(1)).alias("distinct"),
-            F.count(F.when(col(NEW) & col(st.LIVE), 1)).alias("upserts"),
-            F.count(F.when(col(NEW) & ~col(st.LIVE), 1)).alias("deletes"),
-            # The MERGE's key bound: the keys of new changes (listed if there can be few).
-            *kb.aggregates(layout.keys, col(NEW), listed=batch.counts.keyed <= kb.MAX_IN_LIST),
-        )
-        .first()
-    )
+    if load:  # read thrice (counts, redo, append), each a projection of the cached batch
+        row = rows.agg(*aggregates).first()
+    else:
+        rows, row = materialized(rows, aggregates)
+    new_events = rows.where(new_event).drop(FRESH, NEW, TOUCHED)
     new = row["upserts"] + row["deletes"]
     stats = {
         "distinct": row["distinct"],
@@ -402,7 +400,7 @@ def plan(batch: Batch) -> Plan:
         layout,
         batch.tracked,
         rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED),
-        kb.from_row(row, layout.keys, clustered=bool(batch.spec.cluster_by)),
+        kb.from_row(row, layout.keys),
         sole,
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
