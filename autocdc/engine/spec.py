@@ -189,8 +189,8 @@ class FlowSpec(BaseModel):
     cluster_by: list[str] | None = Field(
         default=None,
         description="Delta liquid clustering columns the target is created with (the keys, "
-        "say): once OPTIMIZE has clustered it, a batch's MERGE reads only the files whose "
-        "key range holds its keys.",
+        "say): once OPTIMIZE has clustered it, the MERGE of a batch of a few keys (up to "
+        "32) reads only the files whose key range holds them.",
     )
     table_properties: dict[str, str] | None = Field(
         default=None, description="Delta table properties the target is created with."
