@@ -1,7 +1,7 @@
 """The batch's key bound: a predicate on the key columns that every key a batch touches
 satisfies, so that Delta's data skipping (min/max statistics per file) can leave out the
-target's files that cannot hold those keys, and the state read drops other keys' rows in
-the scan (its statistics cover only its kind and batch columns: no file skipping there).
+target's files that cannot hold those keys, and the state read skips the state's files
+that cannot (it keeps statistics on the keys: :func:`autocdc.engine.state.statistics_columns`).
 
 Per key column it is the column's distinct values (an IN-list) when the batch is small,
 else their lowest and highest value (a range). For a composite key each column is bounded

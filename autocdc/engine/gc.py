@@ -63,9 +63,11 @@ def compact(spark: SparkSession, state_table: str, layout: st.Layout, retention_
     counts = horizons.select(COLLECTED, KEPT).first()
     collected, kept = counts[COLLECTED], counts[KEPT]
     after = st.Meta(batch, meta.meta.tombstones - collected, kept, kept)
-    rewritten = layout.select(rows.where(~col(COLLECTED))).unionByName(
-        st.meta_row(horizons, after, layout)
-    )
+    # In key order, each file a range of keys: the key statistics then let a batch whose
+    # keys lie together read only the files holding them (the rows come spread by hash).
+    keys = [col(k) for k in layout.key_names]
+    kept_rows = rows.where(~col(COLLECTED)).repartitionByRange(*keys).sortWithinPartitions(*keys)
+    rewritten = layout.select(kept_rows).unionByName(st.meta_row(horizons, after, layout))
     rewrite(spark, state_table, rewritten, batch)
     return collected
 

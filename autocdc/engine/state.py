@@ -46,10 +46,13 @@ from pyspark.sql.types import (
     ArrayType,
     BooleanType,
     DataType,
+    DateType,
     LongType,
+    NumericType,
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
@@ -73,6 +76,8 @@ KEYS = "__autocdc_keys"  # keys with a state row (live or tombstone)
 META_ONLY = (TOMBSTONES, ROWS, KEYS)  # NULL in state rows
 
 STATE_ROW, META_ROW, EVENT_ROW = "S", "M", "E"
+# Key types Delta keeps file statistics (minimum, maximum) of.
+_STATISTICS_TYPES = (NumericType, StringType, DateType, TimestampType, TimestampNTZType)
 _RANK = "__autocdc_rank"
 
 # The definition the state depends on, stored as properties of the state table.
@@ -299,6 +304,16 @@ class MetaFrame:
     empty: bool = False
 
 
+def statistics_columns(layout: Layout) -> str:
+    """The state table's ``delta.dataSkippingStatsColumns``: what the engine filters it
+    by, wherever the user's columns put them (Delta's default covers only the first 32
+    columns), and nothing else. The keys are among them (of the types Delta keeps a
+    minimum and maximum of): a batch's key bound then skips the state files that cannot
+    hold its keys, which pays where keys arrive together (recent orders, one tenant)."""
+    keys = [f.name for f in layout.keys if isinstance(f.dataType, _STATISTICS_TYPES)]
+    return ",".join([KIND, BATCH, *[tables.ident(k) for k in keys]])
+
+
 def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str, str]) -> None:
     """Create the state table with its definition in the same (first) commit."""
     tables.create(
@@ -306,9 +321,7 @@ def create(spark: SparkSession, table: str, layout: Layout, definition: dict[str
         table,
         layout.schema(),
         {
-            # Statistics on what the engine filters by, wherever the user's columns put
-            # them (Delta's default covers only the first 32 columns), and on nothing else.
-            "delta.dataSkippingStatsColumns": f"{KIND},{BATCH}",
+            "delta.dataSkippingStatsColumns": statistics_columns(layout),
             # Only appended and compacted, never updated in place: without deletion
             # vectors a read of it plans without listing them (one Spark job less).
             "delta.enableDeletionVectors": "false",

@@ -3,7 +3,9 @@ the bound itself (IN-list or range) is a superset of the batch's keys."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from itertools import pairwise
 
 import pytest
 from pyspark.sql import Row
@@ -20,6 +22,7 @@ from pyspark.sql.types import (
 import autocdc
 from autocdc.engine import bound
 from autocdc.engine.state import derived
+from autocdc.engine.tuning import session_conf
 
 FILES = 20
 SKIPPED_METRIC = "number of target files after skipping"  # Delta's MERGE SQL metric
@@ -116,3 +119,31 @@ def test_the_bound_lists_few_values_ranges_many_and_leaves_unsafe_columns_out(sp
     assert sorted(r[0] for r in df.where(few.column()).collect()) == [1, 5, 9]
     assert sorted(r[0] for r in df.where(ranged.column()).collect()) == [3, 4, 5, 6, 7]
     assert df.where(bound_of(price, Decimal("1.50"), Decimal("1.50")).column()).count() == 12
+
+
+def test_the_state_keeps_key_statistics_and_compacts_into_key_ranges(spark, new_table):
+    """Issue 32, item 1: the state table keeps min/max statistics on the keys, and a
+    compaction writes each key's current row in key order, a range of keys per file, so
+    that a batch whose keys lie together reads only the state files holding them."""
+    target = new_table("ranged")
+    flow = autocdc.AutoCdcFlow(
+        target=target, keys=["id"], sequence_by="seq", except_column_list=["seq"]
+    )
+    for seq in (1, 2):  # every key twice: half the state rows superseded
+        flow.apply(spark.range(400).select("id", F.lit(seq).cast("long").alias("seq")))
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "4"}):  # the tests' is 1
+        flow.collect_tombstones(spark)
+
+    location = spark.sql(f"DESCRIBE DETAIL {flow.state_table}").first()["location"]
+    files = spark.read.format("delta").load(location).select(F.input_file_name().alias("f"), "id")
+    ranges = files.where("id IS NOT NULL").groupBy("f").agg(F.min("id"), F.max("id")).collect()
+    ranges = sorted((r[1], r[2]) for r in ranges)
+    assert len(ranges) > 1
+    assert all(high < low for (_, high), (low, _) in pairwise(ranges))  # disjoint
+    assert ranges[0][0] == 0 and ranges[-1][1] == 399
+    assert files.where("id IS NOT NULL").count() == 400  # one current row per key
+
+    log = spark.read.json(f"{location}/_delta_log/*.json").where("add IS NOT NULL")
+    stats = [json.loads(r[0]) for r in log.select("add.stats").collect() if r[0]]
+    data_files = [s for s in stats if s["numRecords"] > 1]  # not a meta row alone
+    assert data_files and all("id" in s["minValues"] for s in data_files)
