@@ -46,7 +46,7 @@ VERSION, NEXT, VALUES, GONE = (
     "__autocdc_vals",
     "__autocdc_gone",
 )
-DEDUP, NEW, HELD, GEN = "__autocdc_dedup", "__autocdc_new", "__autocdc_held", "__autocdc_gen"
+NEW, HELD, GEN, REPEAT = "__autocdc_new", "__autocdc_held", "__autocdc_gen", "__autocdc_repeat"
 FRESH, SIMPLE, TOUCHED = "__autocdc_fresh", "__autocdc_simple", "__autocdc_touched"
 LAST, EVENT = "__autocdc_last", "__autocdc_event"
 
@@ -56,16 +56,12 @@ def _sets(name: str) -> Column:
     return F.coalesce(F.array_contains(col(st.SETS), F.lit(name)), col(name).isNotNull())
 
 
-def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int, sole: bool) -> DataFrame:
-    """The batch's distinct keyed changes as change-log rows (a delete carries no values;
-    on a partial target an upsert lists the columns it sets, and holds only their values).
-    ``sole``: no two changes share a key, so none repeats another."""
+def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFrame:
+    """The batch's keyed changes as change-log rows (a delete carries no values; on a
+    partial target an upsert lists the columns it sets, and holds only their values), a
+    change that repeats another still there (:func:`plan` tells them apart)."""
     is_upsert = col(OP) == UPSERT
     keyed = changes.where(col(OP) != TRUNCATE)
-    if not sole:
-        keyed = keyed.withColumn(DEDUP, F.when(is_upsert, layout.identity())).dropDuplicates(
-            [*layout.key_names, SEQ, OP, DEDUP]
-        )
     values = {v: is_upsert for v in layout.value_names}
     sets = []
     if layout.logs_sets:
@@ -337,18 +333,18 @@ def plan(batch: Batch) -> Plan:
     # Nothing logged and a key per change (an initial load): every change is new, and
     # each key only opens its history (a partial target's always takes the general path).
     sole = not layout.partial and sole_changes(batch)
-    events = event_rows(batch.staged.changes, layout, batch.batch_id, sole)
+    events = event_rows(batch.staged.changes, layout, batch.batch_id)
     fresh, new_event = col(FRESH), col(NEW)
     load = sole and into_empty_target(batch)
     aggregates = [
-        F.count(F.when(fresh, 1)).alias("distinct"),
+        F.count(F.when(fresh & ~col(REPEAT), 1)).alias("distinct"),
         F.count(F.when(new_event & col(st.LIVE), 1)).alias("upserts"),
         F.count(F.when(new_event & ~col(st.LIVE), 1)).alias("deletes"),
         # The MERGE's key bound: the keys of new changes (listed if there can be few).
         *kb.aggregates(layout.keys, new_event, listed=batch.counts.keyed <= kb.MAX_IN_LIST),
     ]
     if sole:
-        flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)]
+        flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)] + [F.lit(False).alias(REPEAT)]
         rows = events.select("*", *flags)
     else:
         logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
@@ -357,7 +353,13 @@ def plan(batch: Batch) -> Plan:
         fields = {f.name: f.dataType for f in layout.schema().fields}
         logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
         compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
-        same_change = Window.partitionBy(*[st.comparable(c, t) for c, t in compared.items()])
+        # The rows of one change, the logged one first: a change is new when no row comes
+        # before it, and repeats an earlier one of the batch when a new one does (this
+        # window replaced a grouping of the batch's changes, a shuffle and two sorts).
+        same_change = Window.partitionBy(
+            *[st.comparable(c, t) for c, t in compared.items()]
+        ).orderBy(fresh)
+        before = F.lag(fresh).over(same_change)
         per_key = Window.partitionBy(*key_cols)
         # A key whose one new change comes after all it logged continues its history
         # (see :func:`merge`); decided here, in the window the plan runs anyway (in the
@@ -376,14 +378,16 @@ def plan(batch: Batch) -> Plan:
             logged.withColumn(FRESH, F.lit(False))
             .unionByName(events.withColumn(FRESH, F.lit(True)))
             .repartition(*key_cols)
-            .withColumn(NEW, fresh & ~F.max(~fresh).over(same_change))
+            .withColumns(
+                {NEW: fresh & before.isNull(), REPEAT: fresh & F.coalesce(before, F.lit(False))}
+            )
             .withColumns({TOUCHED: F.max(new_event).over(per_key), SIMPLE: continues})
         )
     if load:  # read thrice (counts, redo, append), each a projection of the cached batch
         row = rows.agg(*aggregates).first()
     else:
         rows, row = materialized(rows, aggregates)
-    new_events = rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE)
+    new_events = rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT)
     new = row["upserts"] + row["deletes"]
     stats = {
         "distinct": row["distinct"],
@@ -403,7 +407,7 @@ def plan(batch: Batch) -> Plan:
         batch.names.target,
         layout,
         batch.tracked,
-        rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED),
+        rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED, REPEAT),
         kb.from_row(row, layout.keys),
         sole,
     )
