@@ -60,6 +60,32 @@ def test_worked_example_out_of_order_with_replay(spark, new_table):
     assert (replay.upserted, replay.ignored_stale) == (0, 8)
 
 
+def test_changes_repeated_within_a_batch_count_once(spark, new_table):
+    """A change sent twice in one batch is one change: new, or stale when it was logged
+    before; the two copies of a delete too, whatever payload each carries."""
+    target = new_table("hist")
+    flow = history_flow(target)
+    flow.apply(spark.createDataFrame(EXAMPLE[:4], SCHEMA))
+    logged, new = EXAMPLE[2], (124, "Raul", "Puebla", "UPDATE", 3)
+    delete, other_payload = (126, None, None, "DELETE", 4), (126, "x", "y", "DELETE", 4)
+    second = flow.apply(
+        spark.createDataFrame([logged, logged, new, new, delete, other_payload], SCHEMA)
+    )
+    assert (second.duplicates_dropped, second.ignored_stale) == (3, 1)
+    assert (second.upserted, second.deleted) == (1, 1)
+    assert_versions(
+        spark,
+        target,
+        [
+            (123, "Isabel", "Monterrey", 1, None),
+            (124, "Raul", "Oaxaca", 1, 3),
+            (124, "Raul", "Puebla", 3, None),
+            (125, "Mercedes", "Tijuana", 2, None),
+            (126, "Lily", "Cancun", 2, 4),
+        ],
+    )
+
+
 def test_worked_example_city_not_tracked(spark, new_table):
     target = new_table("hist")
     flow = history_flow(target, track_history_except_column_list=["city"])
