@@ -247,8 +247,8 @@ def merge(
     """The MERGE that turns the touched keys' history as their log gives it (what the
     target holds: the log describes the target) into the one their log and new changes
     give (``rows``: both, spread by key, the changes marked ``FRESH``, the rows of a key
-    that continues its history ``SIMPLE``): versions that
-    changed or are new are written, versions that are gone deleted, the rest not touched.
+    that continues its history ``SIMPLE``): versions that changed or are new are written,
+    versions that are gone deleted, the rest not touched.
     Nothing runs until called, and the target is not read but to MERGE, within
     ``keys_bound`` (the touched keys'). ``sole``: ``rows`` are only new changes, one per
     key, and nothing is logged (not spread: nothing is grouped)."""
