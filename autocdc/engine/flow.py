@@ -137,32 +137,33 @@ class AutoCdcFlow(FlowSpec):
             *[col(c) for c in df.columns if c not in stored], *fitted.conform, *fitted.sets
         )
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
-        try:
-            with tuning.staging(spark, meta.meta.rows):
-                counts = _counts(staged, layout.keys)
-            steps.lap("stage")
-            if counts.rows_in == 0:  # nothing to read state for
-                return self._metrics(
-                    started, committed, counts, Plan(spark.range(0), None, None), {}, steps
+        with commit.warming(spark, [names.state, self.target]):
+            try:
+                with tuning.staging(spark, meta.meta.rows):
+                    counts = _counts(staged, layout.keys)
+                steps.lap("stage")
+                if counts.rows_in == 0:  # nothing to read state for
+                    return self._metrics(
+                        started, committed, counts, Plan(spark.range(0), None, None), {}, steps
+                    )
+                batch = Batch(
+                    spark=spark,
+                    spec=self,
+                    names=names,
+                    layout=layout,
+                    tracked=fitted.tracked,
+                    staged=staged,
+                    counts=counts,
+                    meta=meta,
+                    batch_id=committed + 1,
                 )
-            batch = Batch(
-                spark=spark,
-                spec=self,
-                names=names,
-                layout=layout,
-                tracked=fitted.tracked,
-                staged=staged,
-                counts=counts,
-                meta=meta,
-                batch_id=committed + 1,
-            )
-            tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)
-            plan = STRATEGIES[self.stored_as_scd_type](batch)
-            steps.lap("plan")
-            crash_point("after_stage")
-            return self._commit(batch, plan, started, steps)
-        finally:
-            staged.tagged.unpersist()
+                tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)
+                plan = STRATEGIES[self.stored_as_scd_type](batch)
+                steps.lap("plan")
+                crash_point("after_stage")
+                return self._commit(batch, plan, started, steps)
+            finally:
+                staged.tagged.unpersist()
 
     def _catch_up(self, spark: SparkSession, layout: st.Layout) -> int:
         """The committed batch id, with the state complete up to it."""
