@@ -3,7 +3,11 @@ for large tables, and the session's own setting back after a batch."""
 
 from __future__ import annotations
 
-from autocdc.engine import tuning
+import threading
+
+from users import EXAMPLE, EXPECTED, SCHEMA, assert_target, users_flow
+
+from autocdc.engine import commit, tuning
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 
@@ -25,3 +29,34 @@ def test_large_tables_and_first_batches_run_compiled_and_the_session_keeps_its_s
         assert spark.conf.get(FACTORY_MODE) == "CODEGEN_ONLY"
     finally:
         spark.conf.unset(FACTORY_MODE)
+
+
+def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is_harmless(
+    spark, new_table, monkeypatch
+):
+    """The warm-up reads the state's snapshot, then the target's, from its own thread; it
+    ends with the batch, and when it fails the batch still applies, exactly."""
+    snapshot, warmed = commit._snapshot, []
+
+    def watched(spark_, name):
+        if threading.current_thread().name == "autocdc-warm":
+            warmed.append(name)
+        return snapshot(spark_, name)
+
+    monkeypatch.setattr(commit, "_snapshot", watched)
+    target = new_table("warm")
+    flow = users_flow(target)
+    flow.apply(spark.createDataFrame(EXAMPLE[:3], SCHEMA))
+    assert warmed == [flow.state_table, target]
+    assert not [t for t in threading.enumerate() if t.name == "autocdc-warm"]
+
+    def failing(spark_, name):
+        if threading.current_thread().name == "autocdc-warm":
+            warmed.append(name)
+            raise RuntimeError("warm-up failed")
+        return snapshot(spark_, name)
+
+    monkeypatch.setattr(commit, "_snapshot", failing)
+    flow.apply(spark.createDataFrame(EXAMPLE[3:], SCHEMA))
+    assert warmed[2:] == [flow.state_table]  # the first failure ends the warm-up
+    assert_target(spark, target, EXPECTED)
