@@ -36,11 +36,13 @@ def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is
 ):
     """The warm-up reads the state's snapshot, then the target's, from its own thread; it
     ends with the batch, and when it fails the batch still applies, exactly."""
-    snapshot, warmed = commit._snapshot, []
+    snapshot, warmed, failing = commit._snapshot, [], threading.Event()
 
     def watched(spark_, name):
         if threading.current_thread().name == "autocdc-warm":
             warmed.append(name)
+            if failing.is_set():
+                raise RuntimeError("warm-up failed")
         return snapshot(spark_, name)
 
     monkeypatch.setattr(commit, "_snapshot", watched)
@@ -50,13 +52,7 @@ def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is
     assert warmed == [flow.state_table, target]
     assert not [t for t in threading.enumerate() if t.name == "autocdc-warm"]
 
-    def failing(spark_, name):
-        if threading.current_thread().name == "autocdc-warm":
-            warmed.append(name)
-            raise RuntimeError("warm-up failed")
-        return snapshot(spark_, name)
-
-    monkeypatch.setattr(commit, "_snapshot", failing)
+    failing.set()
     flow.apply(spark.createDataFrame(EXAMPLE[3:], SCHEMA))
     assert warmed[2:] == [flow.state_table]  # the first failure ends the warm-up
     assert_target(spark, target, EXPECTED)
