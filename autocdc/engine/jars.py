@@ -14,12 +14,15 @@ Running it again is a no-op.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -82,18 +85,35 @@ def install(folder: Path | None = None, wanted: list[str] | None = None) -> list
     if found is not None:
         return found
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="autocdc-ivy-") as scratch:
-        log = folder.parent / f"{folder.name}-resolution.log"
-        resolved = _resolve(Path(scratch), log, wanted)
-        for old in folder.glob("*.jar"):
-            old.unlink()
-        for jar in resolved:
-            shutil.copy2(jar, folder / jar.name)
-    marker = {"coordinates": wanted, "jars": [jar.name for jar in resolved]}
-    partial = folder / f"{MARKER}.partial"
-    partial.write_text(json.dumps(marker, indent=2) + "\n")
-    partial.replace(folder / MARKER)  # the marker lands last: a killed copy resolves again
+    with _exclusive(folder.parent / f"{folder.name}.lock"):
+        found = installed(folder, wanted)  # resolved by another process while this one waited
+        if found is not None:
+            return found
+        with tempfile.TemporaryDirectory(prefix="autocdc-ivy-") as scratch:
+            log = folder.parent / f"{folder.name}-resolution.log"
+            resolved = _resolve(Path(scratch), log, wanted)
+            for old in folder.glob("*.jar"):
+                old.unlink()
+            for jar in resolved:
+                shutil.copy2(jar, folder / jar.name)
+        marker = {"coordinates": wanted, "jars": [jar.name for jar in resolved]}
+        partial = folder / f"{MARKER}.partial"
+        partial.write_text(json.dumps(marker, indent=2) + "\n")
+        partial.replace(folder / MARKER)  # the marker lands last: a killed copy resolves again
     return [folder / jar.name for jar in resolved]
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the block. Two processes
+    installing one folder at once (two test workers starting Kafka brokers) would otherwise
+    both resolve, and the later one deletes the jars the earlier one's JVM is loading."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _resolve(ivy: Path, log: Path, wanted: list[str]) -> list[Path]:
