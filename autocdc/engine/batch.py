@@ -12,12 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StructField
 
 from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
 from autocdc.engine.commit import Tables, holds_no_files
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import StagedBatch, col
+
+_INTEGERS = (ByteType, ShortType, IntegerType, LongType)
+_BITMAP_VALUES = 32768  # the values one of Spark's bitmaps covers (bitmap_bucket_number)
+_BITMAP_BYTES = _BITMAP_VALUES // 8
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,44 @@ def sole_changes(batch: Batch) -> bool:
     meta = batch.meta
     if meta.meta.rows or not meta.empty or batch.counts.truncates:
         return False
+    changes, counts = batch.staged.changes, batch.counts
+    dense = dense_integer_key(batch.layout.keys, counts.key_range, counts.keyed)
+    if dense is not None:
+        return distinct_integers(changes, dense) == counts.keyed
     keys = [col(k) for k in batch.layout.key_names]
-    return batch.staged.changes.select(*keys).distinct().count() == batch.counts.keyed
+    return changes.select(*keys).distinct().count() == counts.keyed
+
+
+def dense_integer_key(keys: list[StructField], key_range: KeyBound, rows: int) -> str | None:
+    """The key column, when the key is one integer column whose range is dense enough
+    for :func:`distinct_integers`: its bitmaps (4 KiB a range of 32,768 values) take no
+    more than a byte per row, however the values spread within the range."""
+    if len(keys) != 1 or not isinstance(keys[0].dataType, _INTEGERS):
+        return None
+    bounds = {name: (low, high) for name, _, low, high in key_range.parts}
+    if keys[0].name not in bounds:
+        return None
+    low, high = bounds[keys[0].name]
+    ranges = bitmap_range(high) - bitmap_range(low) + 1
+    return keys[0].name if ranges * _BITMAP_BYTES <= rows else None
+
+
+def bitmap_range(value: int) -> int:
+    """Spark's ``bitmap_bucket_number``: 1..32768 is range 1, -32767..0 range 0."""
+    if value > 0:
+        return 1 + (value - 1) // _BITMAP_VALUES
+    return -(-value // _BITMAP_VALUES)
+
+
+def distinct_integers(df: DataFrame, name: str) -> int:
+    """How many distinct non-NULL values integer column ``name`` holds, counted exactly
+    with Spark's bitmaps: one row per range of 32,768 values crosses the shuffle, not
+    one per value (10M unique keys: 1.1-2.2 s against 3.8-5.8 s for ``distinct``)."""
+    value = col(name)
+    per_range = df.groupBy(F.bitmap_bucket_number(value).alias("range")).agg(
+        F.bitmap_construct_agg(F.bitmap_bit_position(value)).alias("bits")
+    )
+    return per_range.agg(F.sum(F.bitmap_count("bits"))).first()[0] or 0
 
 
 def into_empty_target(batch: Batch) -> bool:

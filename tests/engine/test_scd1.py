@@ -45,6 +45,22 @@ def test_a_first_batch_of_one_change_per_key_is_folded_row_by_row_as_the_fold_sa
     assert_target(spark, target, [(k, *v) for k, v in expected.items()])
 
 
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_first_batch_of_dense_integer_keys_is_judged_sole_by_bitmaps_as_by_the_fold(
+    spark, new_table, sole_batches, repeated
+):
+    """5,000 keys in one range of integers (negative ones too) are counted with bitmaps;
+    one key sent twice (the later change wins) makes the batch a folded one, not sole."""
+    target = new_table("dense")
+    rows = [(k, f"n{k}", "x", "INSERT", 10) for k in range(-2_500, 2_500)]
+    if repeated:
+        rows.append((-7, "later", "y", "UPDATE", 11))
+    users_flow(target).apply(spark.createDataFrame(rows, SCHEMA))
+    assert sole_batches == [not repeated]
+    expected = fold_scd1(as_changes(rows))
+    assert_target(spark, target, [(k, *v) for k, v in expected.items()])
+
+
 def test_a_first_batch_into_a_target_that_holds_rows_is_merged_not_appended(spark, new_table):
     """A flow adopting a table that has rows: its first batch MERGEs (key 1 is updated,
     not added twice; key 7, not in the batch, stays)."""
