@@ -19,6 +19,7 @@ from users import (
 )
 
 import autocdc
+from autocdc.engine import batch as engine_batch
 from autocdc.engine.errors import (
     QUARANTINE_LATE_BEYOND_HORIZON,
     QUARANTINE_NULL_KEY,
@@ -47,15 +48,24 @@ def test_a_first_batch_of_one_change_per_key_is_folded_row_by_row_as_the_fold_sa
 
 @pytest.mark.parametrize("repeated", [False, True])
 def test_a_first_batch_of_dense_integer_keys_is_judged_sole_by_bitmaps_as_by_the_fold(
-    spark, new_table, sole_batches, repeated
+    spark, new_table, sole_batches, monkeypatch, repeated
 ):
-    """5,000 keys in one range of integers (negative ones too) are counted with bitmaps;
-    one key sent twice (the later change wins) makes the batch a folded one, not sole."""
+    """5,000 keys in one range of integers are counted with bitmaps; one key sent twice
+    (the later change wins) makes the batch a folded one, not sole."""
+    counted: list[int] = []
+    real = engine_batch.distinct_integers
+
+    def spy(df, name):
+        counted.append(real(df, name))
+        return counted[-1]
+
+    monkeypatch.setattr(engine_batch, "distinct_integers", spy)
     target = new_table("dense")
-    rows = [(k, f"n{k}", "x", "INSERT", 10) for k in range(-2_500, 2_500)]
+    rows = [(k, f"n{k}", "x", "INSERT", 10) for k in range(1, 5_001)]
     if repeated:
-        rows.append((-7, "later", "y", "UPDATE", 11))
+        rows.append((7, "later", "y", "UPDATE", 11))
     users_flow(target).apply(spark.createDataFrame(rows, SCHEMA))
+    assert counted == [5_000]
     assert sole_batches == [not repeated]
     expected = fold_scd1(as_changes(rows))
     assert_target(spark, target, [(k, *v) for k, v in expected.items()])
