@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.find_spark_home import _find_spark_home
+from sparkconf import PRODUCERS_CLOSED_WITHIN
 
 from autocdc.engine import jars
 from autocdc.engine.errors import AutoCdcError
@@ -144,7 +145,10 @@ class Broker:
         raise RuntimeError(f"the Kafka broker did not listen within {timeout} s: see {log}")
 
     def stop(self) -> None:
+        """Stop the broker once the test JVMs' pooled producers closed (see
+        ``sparkconf.PRODUCERS_CLOSED_WITHIN``): they would call its port for minutes."""
         if self.process is not None and self.process.poll() is None:
+            time.sleep(PRODUCERS_CLOSED_WITHIN)
             self.process.kill()
             self.process.wait()
         if not os.environ.get("AUTOCDC_KEEP_KAFKA"):

@@ -12,7 +12,16 @@ TEST_CONF = {
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # Spark's Kafka sink pools its producers (10 minutes by default), and a pooled producer
+    # whose broker stopped reconnects to the broker's port every second, sending a Kafka
+    # request. A process that listens on that port later takes it for its client: a Spark
+    # Python worker's callback socket failed a run in CI with "Python worker failed to
+    # connect back" (its cause: "Authentication failed"). Idle producers close within
+    # PRODUCERS_CLOSED_WITHIN seconds, and a test's broker stops after that.
+    "spark.kafka.producer.cache.timeout": "1s",
+    "spark.kafka.producer.cache.evictorThreadRunInterval": "1s",
 }
+PRODUCERS_CLOSED_WITHIN = 2.5
 # A JVM a test starts in a subprocess lives a minute or two: the client compiler alone and
 # the serial collector spend about a third less CPU on its start and first batches than the
 # server compiler's and G1's threads (measured: 142 -> 95 s of CPU for one start and four
