@@ -36,6 +36,7 @@ class Counts:
     skipped: int  # rows a source marked as no change (change_rows.NO_CHANGE)
     truncates: int
     keyed: int
+    deletes: int  # keyed changes that delete
     key_range: KeyBound
 
 

@@ -24,7 +24,7 @@ from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowSpec
-from autocdc.engine.stage import OP, REASON, TRUNCATE, col
+from autocdc.engine.stage import DELETE, OP, REASON, TRUNCATE, col
 
 GC_INTERVAL_SECONDS = 3600.0
 MAX_ATTEMPTS = 8  # of one batch against writers that keep committing meanwhile
@@ -390,6 +390,7 @@ def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
         F.count(F.when(skipped, 1)).alias("skipped"),
         F.count(F.when(ok & (col(OP) == TRUNCATE), 1)).alias("truncates"),
         F.count(F.when(keyed, 1)).alias("keyed"),
+        F.count(F.when(keyed & (col(OP) == DELETE), 1)).alias("deletes"),
         *bound.aggregates(keys, keyed, listed=False),
     ).first()
     return Counts(
@@ -398,5 +399,6 @@ def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
         skipped=row["skipped"],
         truncates=row["truncates"],
         keyed=row["keyed"],
+        deletes=row["deletes"],
         key_range=bound.from_row(row, keys),
     )

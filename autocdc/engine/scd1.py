@@ -547,8 +547,9 @@ def plan(batch: Batch) -> Plan:
     if not layout.grouped and sole_changes(batch):  # nothing stored: no state, no horizon
         events = classify(staged.changes, None, None, layout, quarantine_late)
         touched = fold(events, None, None, layout, batch.batch_id, False)
-        # A load reads it thrice (counts, redo, append), each a projection of the cache.
-        return _planned(batch, layout, events, touched, None, load=into_empty_target(batch))
+        if into_empty_target(batch):
+            return _loaded(batch, layout, touched)
+        return _planned(batch, layout, events, touched, None)
     bounds = None  # no truncate now or before, nothing collected: no horizon to join
     if batch.counts.truncates:
         truncated = staged.tagged.agg(
@@ -585,18 +586,48 @@ def plan(batch: Batch) -> Plan:
     return _planned(batch, full, events, touched, new_horizons)
 
 
+def _loaded(batch: Batch, layout: st.Layout, touched: DataFrame) -> Plan:
+    """An initial load: the batch's changes are sole, nothing is stored and the target is
+    empty, so each change is its key's first and changes the state, an upsert inserts and
+    a delete leaves a tombstone. The counts follow from the batch's: ``touched`` (a
+    projection of the cached batch, read by the redo and the append) is not read to count
+    it (a pass of 2.6 s over a 10M-row load). Its rows are appended, no MERGE."""
+    keyed, deletes = batch.counts.keyed, batch.counts.deletes
+    stats = {
+        "distinct": keyed,
+        "late": 0,
+        "stale": 0,
+        "tombstones_written": deletes,
+        "tombstone_delta": deletes,
+        "conflicts": 0,
+        "changed": keyed,
+        "new_keys": keyed,
+        "actions": keyed - deletes,
+        "ties": 0,
+    }
+    inserts = touched.where(col(ACTION).isNotNull())
+    return Plan(
+        state_rows=layout.select(touched.where(col(CHANGED))),
+        merge=None,
+        late=None,
+        stats=stats,
+        load=(
+            inserts.select(*[col(c) for c in [*layout.key_names, *layout.value_names]])
+            if stats["actions"]
+            else None
+        ),
+    )
+
+
 def _planned(
     batch: Batch,
     full: st.Layout,
     events: DataFrame,
     touched: DataFrame,
     new_horizons: DataFrame | None,
-    load: bool = False,
 ) -> Plan:
     """The plan of the ``touched`` keys, materialized with the counts and the MERGE's key
-    bound observed on the way. ``load``: the target is empty and nothing is stored, so
-    every action inserts; the rows are appended, no MERGE, and ``touched`` (a projection
-    of the cached batch) is not materialized: one aggregate counts it."""
+    bound observed on the way."""
     layout = full.group_layout() if full.grouped else full
     staged = batch.staged
     changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
@@ -630,10 +661,7 @@ def _planned(
         # with a truncate every stored key is touched).
         *kb.aggregates(full.keys, col(ACTION).isNotNull(), listed=_few(batch)),
     ]
-    if load:
-        row = touched.agg(*aggregates).first()
-    else:
-        touched, row = materialized(touched, aggregates)
+    touched, row = materialized(touched, aggregates)
     stats = row["stats"].asDict()
     late = None
     if stats["late"]:
@@ -641,15 +669,6 @@ def _planned(
             *[col(c) for c in [*staged.source_columns, SEQ, REASON]]
         )
     state_rows = full.select(touched.where(changed))
-    if load and stats["actions"]:
-        inserts = touched.where(col(ACTION).isNotNull())
-        return Plan(
-            state_rows=state_rows,
-            merge=None,
-            late=late,
-            stats=stats,
-            load=inserts.select(*[col(c) for c in [*full.key_names, *full.value_names]]),
-        )
     return Plan(
         state_rows=state_rows,
         merge=(

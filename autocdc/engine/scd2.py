@@ -336,13 +336,6 @@ def plan(batch: Batch) -> Plan:
     events = event_rows(batch.staged.changes, layout, batch.batch_id)
     fresh, new_event = col(FRESH), col(NEW)
     load = sole and into_empty_target(batch)
-    aggregates = [
-        F.count(F.when(fresh & ~col(REPEAT), 1)).alias("distinct"),
-        F.count(F.when(new_event & col(st.LIVE), 1)).alias("upserts"),
-        F.count(F.when(new_event & ~col(st.LIVE), 1)).alias("deletes"),
-        # The MERGE's key bound: the keys of new changes (listed if there can be few).
-        *kb.aggregates(layout.keys, new_event, listed=batch.counts.keyed <= kb.MAX_IN_LIST),
-    ]
     if sole:
         flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)] + [F.lit(False).alias(REPEAT)]
         rows = events.select("*", *flags)
@@ -383,9 +376,20 @@ def plan(batch: Batch) -> Plan:
             )
             .withColumns({TOUCHED: F.max(new_event).over(per_key), SIMPLE: continues})
         )
-    if load:  # read thrice (counts, redo, append), each a projection of the cached batch
-        row = rows.agg(*aggregates).first()
+    if load:
+        # Every change is new and its key's first: counted with the batch, and ``rows``
+        # (a projection of the cached batch, read by the redo and the append) is not read
+        # to count it.
+        keyed, deletes = batch.counts.keyed, batch.counts.deletes
+        row = {"distinct": keyed, "upserts": keyed - deletes, "deletes": deletes}
     else:
+        aggregates = [
+            F.count(F.when(fresh & ~col(REPEAT), 1)).alias("distinct"),
+            F.count(F.when(new_event & col(st.LIVE), 1)).alias("upserts"),
+            F.count(F.when(new_event & ~col(st.LIVE), 1)).alias("deletes"),
+            # The MERGE's key bound: the keys of new changes (listed if there can be few).
+            *kb.aggregates(layout.keys, new_event, listed=batch.counts.keyed <= kb.MAX_IN_LIST),
+        ]
         rows, row = materialized(rows, aggregates)
     new_events = rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT)
     new = row["upserts"] + row["deletes"]

@@ -20,6 +20,7 @@ from users import (
 
 import autocdc
 from autocdc.engine import batch as engine_batch
+from autocdc.engine import state as st
 from autocdc.engine.errors import (
     QUARANTINE_LATE_BEYOND_HORIZON,
     QUARANTINE_NULL_KEY,
@@ -69,6 +70,35 @@ def test_a_first_batch_of_dense_integer_keys_is_judged_sole_by_bitmaps_as_by_the
     assert sole_batches == [not repeated]
     expected = fold_scd1(as_changes(rows))
     assert_target(spark, target, [(k, *v) for k, v in expected.items()])
+
+
+@pytest.mark.parametrize(
+    "mode", [{}, {"ignore_null_updates": True}, {"stored_as_scd_type": 2}], ids=str
+)
+def test_an_initial_load_counts_what_the_general_fold_counts(spark, new_table, monkeypatch, mode):
+    """An initial load takes its counts from the batch's, not from a pass over its rows:
+    its metrics, its state (whose meta row counts keys, rows and tombstones) and its
+    target are what the general fold makes of the same batch, MERGEd into an empty target."""
+    first = spark.createDataFrame(SOLE_FIRST, SCHEMA)
+    loaded, folded = (users_flow(new_table(name), **mode) for name in ("loaded", "folded"))
+    by_load = loaded.apply(first).as_dict()
+    for strategy in ("scd1", "scd2"):
+        monkeypatch.setattr(f"autocdc.engine.{strategy}.sole_changes", lambda batch: False)
+    by_fold = folded.apply(first).as_dict()
+    assert (operations(spark, loaded.target), operations(spark, folded.target)) == (
+        ["WRITE"],
+        ["MERGE"],
+    )
+    for run in (by_load, by_fold):
+        for varying in ("flow", "seconds", "steps"):
+            del run[varying]
+    assert by_load == by_fold
+    for table in ("target", "state_table"):
+        assert_df_equality(
+            spark.table(getattr(loaded, table)).drop(st.UPDATED_AT),
+            spark.table(getattr(folded, table)).drop(st.UPDATED_AT),
+            ignore_row_order=True,
+        )
 
 
 def test_a_first_batch_into_a_target_that_holds_rows_is_merged_not_appended(spark, new_table):
