@@ -591,7 +591,8 @@ def _loaded(batch: Batch, layout: st.Layout, touched: DataFrame) -> Plan:
     empty, so each change is its key's first and changes the state, an upsert inserts and
     a delete leaves a tombstone. The counts follow from the batch's: ``touched`` (a
     projection of the cached batch, read by the redo and the append) is not read to count
-    it (a pass of 2.6 s over a 10M-row load). Its rows are appended, no MERGE."""
+    it (a 10M-row load's plan step: 3.5 s with that pass, 1.5 s without). Its rows are
+    appended, no MERGE."""
     keyed, deletes = batch.counts.keyed, batch.counts.deletes
     stats = {
         "distinct": keyed,
