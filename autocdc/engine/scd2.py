@@ -39,7 +39,7 @@ from autocdc.engine.spec import END_AT, START_AT
 from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
 
 EVENT_ROW = st.EVENT_ROW
-RANK, SEG, START, BOUNDARY = "__autocdc_rank", "__autocdc_seg", "__autocdc_start", "__autocdc_b"
+RANK, SEG, START = "__autocdc_rank", "__autocdc_seg", "__autocdc_start"
 VERSION, NEXT, VALUES, GONE = (
     "__autocdc_version",
     "__autocdc_next",
@@ -135,18 +135,18 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
 
     fields = {f.name: f.dataType for f in layout.values}
     tracked_values = F.struct(*[st.comparable(c, fields[c]) for c in tracked if c in fields])
-    prev_rank = F.lag(RANK).over(order)
+    # Two window passes over the key's rows: the lags, then the running sum and the next
+    # boundary (four when ``opens`` was spelt out twice and each column had a pass).
     opens = ~is_delete & (
-        prev_rank.isNull()
-        | (prev_rank == 1)
+        (F.coalesce(F.lag(RANK).over(order), F.lit(1)) == 1)
         | ~tracked_values.eqNullSafe(F.lag(tracked_values).over(order))
     )
     after = order.rowsBetween(1, Window.unboundedFollowing)
-    rows = (
-        rows.withColumn(START, opens)
-        .withColumn(BOUNDARY, opens | is_delete)
-        .withColumn(VERSION, F.sum(col(START).cast("int")).over(upto))
-        .withColumn(NEXT, F.first(F.when(col(BOUNDARY), col(st.UPS)), ignorenulls=True).over(after))
+    boundary = col(START) | is_delete
+    rows = rows.withColumn(START, opens).select(
+        "*",
+        F.sum(col(START).cast("int")).over(upto).alias(VERSION),
+        F.first(F.when(boundary, col(st.UPS)), ignorenulls=True).over(after).alias(NEXT),
     )
     versions = (
         rows.where(~is_delete)
