@@ -100,7 +100,17 @@ def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
     if spec.sequence_groups is not None:  # each group's clock type: its state columns'
         declared[st.PROP_SEQUENCE] = st.GROUPS_SEQUENCE
         declared[st.PROP_GROUPS] = groups_text(spec)
+    if spec.stored_as_scd_type == 2:
+        hashes = _tracks_all(spec) and not spec.partial
+        declared[st.PROP_LOG] = st.LOG_HASHES if hashes else "values"
     return declared
+
+
+def _tracks_all(spec: FlowSpec) -> bool:
+    """Whether a change of any value column, columns added later too, opens a version: on
+    a target that is not partial, its SCD type 2 log can then keep hashes of the values
+    instead of the values (see :mod:`autocdc.engine.scd2`)."""
+    return spec.track_history_column_list is None and not spec.track_history_except_column_list
 
 
 def groups_text(spec: FlowSpec) -> str:
@@ -176,6 +186,7 @@ def fit(
     found = not fresh and tables.exists(spark, state_table)
     declared = definition(spec, sequence)
     partial = spec.partial
+    log_hashes = declared.get(st.PROP_LOG) == st.LOG_HASHES
     stored: tuple[list[StructField], list[StructField]] | None = None
     target_fields = st.user_columns(tables.read(spark, spec.target).schema) if found else []
     stored_names = [f.name for f in target_fields]
@@ -203,6 +214,15 @@ def fit(
                 target=spec.target,
                 why=_why_partial(spec),
                 remedy=TargetNotPartialError.PYTHON_REMEDY,
+            )
+        log_hashes = st.stored_log_hashes(had)
+        if log_hashes and not _tracks_all(spec):
+            raise DefinitionChangedError(
+                target=spec.target,
+                field="tracked history columns",
+                stored="all",
+                declared="a track_history list",
+                remedy=DefinitionChangedError.PYTHON_REMEDY,
             )
         key_names = st.stored_keys(had)
         stored = (
@@ -239,6 +259,7 @@ def fit(
         sequence=sequence,
         partial=partial,
         log_values=spec.stored_as_scd_type == 2,
+        log_hashes=log_hashes,
         **_grouping(spec, sequence, tables.read(spark, state_table).schema if found else None),
     )
     tracked = [c for c in columns.tracked if c in layout.value_names]
@@ -332,4 +353,5 @@ def stored_layout(spark: SparkSession, spec: FlowSpec, state_table: str) -> st.L
         sequence=tables.read(spark, state_table).schema[st.UPS].dataType,
         partial=st.stored_partial(had),
         log_values=spec.stored_as_scd_type == 2,
+        log_hashes=st.stored_log_hashes(had),
     )

@@ -9,7 +9,14 @@ touches out of order (or more than once), the history is recomputed from the key
 with window functions. The log describes the target (its new rows reach the state table
 through the redo of :mod:`autocdc.engine.commit`, after the target committed), so the
 versions the target holds are the history of the old log: only versions that differ from
-those are written, or deleted when gone (one MERGE; the target is read only by it).
+those are written, or deleted when gone (one MERGE).
+
+Where every column is tracked and upserts are whole rows (``Layout.log_hashes``, fixed
+when the target is created), no change is absorbed by a version whose values it does not
+hold, so the log keeps a hash of an upsert's values (a replay is told from a new change
+by it) and not the values: a rebuilt key reads its logged upserts' values from the
+target's versions (:func:`held_values`). Otherwise the log keeps the values, and the
+target is read only by the MERGE.
 
 Most keys of a batch take one change that comes after everything they logged. Their
 history only continues: the open version is closed or updated in place, and a new one
@@ -25,6 +32,7 @@ before the list was kept) set its non-NULL columns.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -49,6 +57,7 @@ VERSION, NEXT, VALUES, GONE = (
 NEW, HELD, GEN, REPEAT = "__autocdc_new", "__autocdc_held", "__autocdc_gen", "__autocdc_repeat"
 FRESH, SIMPLE, TOUCHED = "__autocdc_fresh", "__autocdc_simple", "__autocdc_touched"
 LAST, EVENT, LOGGED = "__autocdc_last", "__autocdc_event", "__autocdc_logged"
+ENDS, CLEAR = "__autocdc_ends", "__autocdc_clear"
 
 
 def _sets(name: str) -> Column:
@@ -58,28 +67,68 @@ def _sets(name: str) -> Column:
 
 def event_rows(changes: DataFrame, layout: st.Layout, batch_id: int) -> DataFrame:
     """The batch's keyed changes as change-log rows (a delete carries no values; on a
-    partial target an upsert lists the columns it sets, and holds only their values), a
+    partial target an upsert lists the columns it sets, and holds only their values; with
+    ``log_hashes`` an upsert also carries the hash the log keeps, see :func:`log_rows`), a
     change that repeats another still there (:func:`plan` tells them apart)."""
     is_upsert = col(OP) == UPSERT
     keyed = changes.where(col(OP) != TRUNCATE)
     values = {v: is_upsert for v in layout.value_names}
-    sets = []
+    extra = []
+    if layout.log_hashes:
+        extra = [F.when(is_upsert, F.xxhash64(layout.identity())).alias(st.HASH)]
     if layout.logs_sets:
         values = {v: is_upsert & col(st.set_flag(v)) for v in layout.value_names}
         listed = F.array_compact(F.array(*[F.when(c, F.lit(v)) for v, c in values.items()]))
-        sets = [F.when(is_upsert, listed).alias(st.SETS)]
+        extra = [F.when(is_upsert, listed).alias(st.SETS)]
     return layout.select(
         keyed.select(
             F.lit(EVENT_ROW).alias(st.KIND),
             *[col(k) for k in layout.key_names],
             *[F.when(c, col(v)).alias(v) for v, c in values.items()],
-            *sets,
+            *extra,
             col(SEQ).alias(st.UPS),
             is_upsert.alias(st.LIVE),
             F.lit(batch_id).cast("long").alias(st.BATCH),
             F.current_timestamp().alias(st.UPDATED_AT),
         )
     )
+
+
+def log_rows(events: DataFrame, layout: st.Layout) -> DataFrame:
+    """Change-log rows as the state table keeps them: with ``log_hashes``, an upsert's
+    hash and not its values (the version holding its sequence shows them)."""
+    return layout.select(events.drop(*layout.value_names)) if layout.log_hashes else events
+
+
+def held_values(
+    spark: SparkSession,
+    target: str,
+    layout: st.Layout,
+    logged: DataFrame,
+    keys_bound: kb.KeyBound,
+    held: int,
+) -> DataFrame:
+    """``logged`` (log rows of hashes, see :func:`log_rows`) with each upsert's values:
+    those of the target's version holding its sequence. Exact where every column is
+    tracked, as a version's changes all hold its values; an upsert at a sequence no version
+    holds (one deleted at its own sequence) is left out, as it shapes no version, now or
+    after any later change. ``held``: how many upserts ``logged`` holds (broadcast when
+    they fit; the target is read only within ``keys_bound``, and only if there are any)."""
+    keys, values = layout.key_names, layout.value_names
+    deletes = logged.where(~col(st.LIVE))  # they hold no values
+    if not held:
+        return deletes
+    bare = logged.drop(*values)
+    versions = kb.restrict(tables.read(spark, target), keys_bound)
+    within = (col(START_AT, "v") <= col(st.UPS, "l")) & (
+        col(END_AT, "v").isNull() | (col(st.UPS, "l") < col(END_AT, "v"))
+    )
+    on = reduce(lambda a, b: a & b, [col(k, "l") == col(k, "v") for k in keys]) & within
+    upserts = sizing.small(bare.where(col(st.LIVE)), held).alias("l")
+    filled = upserts.join(versions.alias("v"), on).select(
+        *[col(c, "l") for c in bare.columns], *[col(v, "v") for v in values]
+    )
+    return filled.unionByName(deletes)
 
 
 def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]) -> DataFrame:
@@ -180,15 +229,20 @@ def _continued(
 ) -> DataFrame:
     """The MERGE rows of keys whose one new change comes after all they logged (most keys
     of a batch), from the key's last logged change and the new one alone, no history:
-    the open version is closed at the change (a delete, or new tracked values), its values
-    replaced in place (new untracked values), and an upsert that opens a version is
-    inserted. A row whose ``__START_AT`` is NULL matches the key's open version (see
-    :func:`merge`'s condition). Not for a partial target, whose columns carry over."""
+    the open version is closed at the change (a delete, or new tracked values: ``ENDS``,
+    only its end is set), its values replaced in place (new untracked values), and an
+    upsert that opens a version is inserted. A row whose ``__START_AT`` is NULL matches the
+    key's open version (see :func:`merge`'s condition). With ``log_hashes`` the log's
+    hashes tell whether the values changed. Not for a partial target, whose columns carry
+    over."""
     keys, values = layout.key_names, layout.value_names
     fields = {f.name: f.dataType for f in layout.values}
     is_new = col(FRESH)
     row = F.struct(
-        col(st.LIVE).alias(st.LIVE), col(st.UPS).alias(st.UPS), *[col(v) for v in values]
+        col(st.LIVE).alias(st.LIVE),
+        col(st.UPS).alias(st.UPS),
+        col(st.HASH).alias(st.HASH),
+        *[col(v) for v in values],
     )
     last_order = F.struct(col(st.UPS), (~col(st.LIVE)).cast("int"), layout.tie())
     # Of a key's logged rows only those at its last logged sequence can be the last.
@@ -206,21 +260,27 @@ def _continued(
         return of(event).eqNullSafe(of(last))
 
     live = F.coalesce(last[st.LIVE], F.lit(False))
-    kept = same([c for c in tracked if c in fields])
+    if layout.log_hashes:  # every column tracked: new values open a version
+        kept, replaced = event[st.HASH].eqNullSafe(last[st.HASH]), F.lit(False)
+    else:
+        kept, replaced = same([c for c in tracked if c in fields]), ~same(values)
     upsert = event[st.LIVE]
     no_start = F.lit(None).cast(layout.sequence)
 
-    def version(start: Column, source: Column, end: Column) -> Column:
+    def version(start: Column, source: Column, end: Column, ends: bool = False) -> Column:
         return F.struct(
-            start.alias(START_AT), *[source[v].alias(v) for v in values], end.alias(END_AT)
+            start.alias(START_AT),
+            *[source[v].alias(v) for v in values],
+            end.alias(END_AT),
+            F.lit(ends).alias(ENDS),
         )
 
     # Up to three rows a key, NULL where none is written: filtered after the explode, as
     # ``array_compact`` (a lambda) runs interpreted, the arrays' structs with it: 160k keys
     # took 1.2-2.0 s instead of 1.0 s (its input's 0.5-0.8 s included).
     written = F.array(
-        F.when(live & (~upsert | ~kept), version(no_start, last, event[st.UPS])),
-        F.when(live & upsert & kept & ~same(values), version(no_start, event, no_start)),
+        F.when(live & (~upsert | ~kept), version(no_start, last, event[st.UPS], ends=True)),
+        F.when(live & upsert & kept & replaced, version(no_start, event, no_start)),
         F.when(upsert & (~live | ~kept), version(event[st.UPS], event, no_start)),
     )
     out = per_key.select(*[col(k) for k in keys], F.explode(written).alias(VALUES))
@@ -228,6 +288,7 @@ def _continued(
         *[col(k) for k in keys],
         *[col(VALUES)[c].cast(t).alias(c) for c, t in types.items() if c not in keys],
         F.lit(False).alias(GONE),
+        col(VALUES)[ENDS].alias(ENDS),
     )
 
 
@@ -245,22 +306,26 @@ def merge(
     rows: DataFrame,
     keys_bound: kb.KeyBound,
     sole: bool,
+    held: int,
 ) -> Callable[[], DataFrame]:
     """The MERGE that turns the touched keys' history as their log gives it (what the
     target holds: the log describes the target) into the one their log and new changes
     give (``rows``: both, spread by key, the changes marked ``FRESH``, the rows of a key
     that continues its history ``SIMPLE``): versions that changed or are new are written,
     versions that are gone deleted, the rest not touched.
-    Nothing runs until called, and the target is not read but to MERGE, within
-    ``keys_bound`` (the touched keys'). ``sole``: ``rows`` are only new changes, one per
-    key, and nothing is logged (not spread: nothing is grouped)."""
+    Nothing runs until called, and the target is read within
+    ``keys_bound`` (the touched keys'; with ``log_hashes``, the rebuilt keys' ``held``
+    logged upserts read their values from it first). ``sole``: ``rows`` are only new
+    changes, one per key, and nothing is logged (not spread: nothing is grouped)."""
     keys, values = layout.key_names, layout.value_names
     types = _target_types(layout)
     columns = list(types)
 
     def changed() -> DataFrame:
         if sole:  # every key continues from nothing
-            return _opened(layout, rows, types).withColumn(GONE, F.lit(False))
+            return _opened(layout, rows, types).withColumns(
+                {GONE: F.lit(False), ENDS: F.lit(False)}
+            )
         # ``rows`` is spread by key already. A key whose one new change comes after its
         # log continues its history (``_continued``); any other is rebuilt: both histories
         # in one pass, the held one (GEN 0: its log) and the new one (GEN 1: its log and
@@ -271,7 +336,11 @@ def merge(
         compared = F.struct(*[st.comparable(c, t).alias(c) for c, t in rest.items()])
         key_cols = [col(k) for k in keys]
         is_new = col(FRESH)
-        both = rows.where(~col(SIMPLE)).select(
+        rebuilding = rows.where(~col(SIMPLE))
+        if layout.log_hashes:
+            logged = held_values(spark, target, layout, rebuilding.where(~is_new), keys_bound, held)
+            rebuilding = logged.unionByName(rebuilding.where(is_new))
+        both = rebuilding.select(
             "*",
             F.explode(
                 F.when(is_new, F.array(F.lit(1))).otherwise(F.array(F.lit(0), F.lit(1)))
@@ -292,6 +361,7 @@ def merge(
             *[col(c) for c in (*keys, START_AT)],
             *[col(VALUES)[c].alias(c) for c in rest],
             gone.alias(GONE),
+            F.lit(False).alias(ENDS),
         )
         if layout.partial:
             return rebuilt
@@ -310,6 +380,7 @@ def merge(
             .alias("t")
             .merge(source.alias("s"), on)
             .whenMatchedDelete(condition=f"s.{GONE}")
+            .whenMatchedUpdate(condition=f"s.{ENDS}", set={q(END_AT): f"s.{q(END_AT)}"})
             .whenMatchedUpdate(
                 condition=f"NOT s.{GONE}", set={q(c): f"s.{q(c)}" for c in [*values, END_AT]}
             )
@@ -321,6 +392,22 @@ def merge(
         )
 
     return run
+
+
+def _clear_last(layout: st.Layout, fresh: Column, per_key: Window) -> Column:
+    """Whether the key's last logged change is known without its values: with
+    ``log_hashes``, not when two upserts tied at its sequence (the winner is the greater
+    by values, which the log does not hold), so such a key is rebuilt."""
+    if not layout.log_hashes:
+        return F.lit(True)
+
+    def last(hashed: Column) -> Column:
+        order = F.struct(col(st.UPS), (~col(st.LIVE)).cast("int").alias("d"), hashed.alias("h"))
+        return F.max(F.when(~fresh, order)).over(per_key)
+
+    # The greatest hash at the last sequence, and the least (the greatest bitwise NOT).
+    high, low = last(col(st.HASH)), last(F.bitwise_not(col(st.HASH)))
+    return F.coalesce((high["d"] == 1) | (high["h"] == F.bitwise_not(low["h"])), F.lit(True))
 
 
 def plan(batch: Batch) -> Plan:
@@ -346,7 +433,8 @@ def plan(batch: Batch) -> Plan:
         batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
         logged = kb.restrict(logged, batch.counts.key_range).join(batch_keys, keys, "left_semi")
         fields = {f.name: f.dataType for f in layout.schema().fields}
-        logged_columns = [*keys, st.UPS, st.LIVE, *layout.value_names]
+        logged_values = [st.HASH] if layout.log_hashes else layout.value_names
+        logged_columns = [*keys, st.UPS, st.LIVE, *logged_values]
         compared = {c: fields[c] for c in logged_columns + ([st.SETS] if layout.logs_sets else [])}
         # The rows of one change, the logged one first: a change is new when no row comes
         # before it, and repeats an earlier one of the batch when a new one does (this
@@ -367,6 +455,7 @@ def plan(batch: Batch) -> Plan:
             & F.coalesce(
                 F.min(F.when(new_event, col(st.UPS))).over(per_key) > logged_last, F.lit(True)
             )
+            & _clear_last(layout, fresh, per_key)
         )
         rows = (
             logged.withColumn(FRESH, F.lit(False))
@@ -393,8 +482,13 @@ def plan(batch: Batch) -> Plan:
             # The MERGE's key bound: the keys of new changes (listed if there can be few).
             *kb.aggregates(layout.keys, new_event, listed=batch.counts.keyed <= kb.MAX_IN_LIST),
         ]
+        if not sole:  # logged upserts of the keys rebuilt (with ``log_hashes``: their values)
+            held = col(TOUCHED) & ~col(SIMPLE) & ~fresh & col(st.LIVE)
+            aggregates.append(F.count(F.when(held, 1)).alias("held"))
         rows, row = materialized(rows, aggregates)
-    new_events = rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT, LOGGED)
+    new_events = log_rows(
+        rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT, LOGGED), layout
+    )
     new = row["upserts"] + row["deletes"]
     stats = {
         "distinct": row["distinct"],
@@ -417,5 +511,6 @@ def plan(batch: Batch) -> Plan:
         rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED, REPEAT),
         kb.from_row(row, layout.keys),
         sole,
+        0 if sole else row["held"],
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)

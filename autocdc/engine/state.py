@@ -20,9 +20,12 @@ grow. A flow keeps the meta it last committed in memory and reads the table only
 another writer (or another process) committed since.
 
 SCD type 2 keeps its change log in the same table (``__autocdc_kind = 'E'``, see
-:mod:`autocdc.engine.scd2`): there the values are history, and the target cannot re-split
-a version without them; for a partial target each logged upsert also lists the columns
-it set (``__autocdc_sets``).
+:mod:`autocdc.engine.scd2`). Where every column is tracked (and the target is not
+partial) a logged upsert's values are those of the version holding its sequence, so the
+log keeps only their hash (``PROP_LOG`` = ``hashes``); otherwise the values are history
+the target cannot show (a version absorbs changes whose untracked values it replaced in
+place), and the log keeps them; for a partial target each logged upsert also lists the
+columns it set (``__autocdc_sets``).
 
 A target with sequence groups (docs/semantics.md) keeps, per group, its greatest upsert
 and latest delete sequences (``__autocdc_gups__<group>``, ``__autocdc_gdel__<group>``,
@@ -89,6 +92,10 @@ PROP_SCD_TYPE = "autocdc.scdType"
 PROP_PARTIAL = "autocdc.partial"
 PROP_GROUPS = "autocdc.sequenceGroups"  # JSON: each sequence group's value columns
 GROUPS_SEQUENCE = "groups"  # PROP_SEQUENCE of a target with sequence groups
+# SCD type 2: what the log keeps of an upsert, "hashes" or (absent: before it was
+# written) "values"; fixed when the tables are created.
+PROP_LOG = "autocdc.scd2Log"
+LOG_HASHES = "hashes"
 # Before partial upserts, ignore_null_updates alone made a target partial (same layout).
 PROP_IGNORE_NULL_UPDATES = "autocdc.ignoreNullUpdates"
 DEFINITION_FIELDS = {
@@ -153,7 +160,10 @@ class Layout:
     tie_order: list[str]  # value names: column_list order, else sorted by name
     sequence: DataType
     partial: bool  # upserts may leave columns unset: the state records which they set
-    log_values: bool = False  # SCD type 2: the state holds the change log, values included
+    log_values: bool = False  # SCD type 2: the state holds the change log
+    # SCD type 2, every column tracked, not partial: a logged upsert keeps a hash of its
+    # values (``HASH``), not the values, which its version in the target shows.
+    log_hashes: bool = False
     # A target with sequence groups: the batch's group, each value column's group, and
     # each group's clock type known so far (a group's columns and sequences are of it).
     group: str | None = None
@@ -339,6 +349,11 @@ def stored_definition(spark: SparkSession, table: str) -> dict[str, str]:
     if props.get(PROP_FORMAT) != FORMAT:
         raise StateFormatError(table=table, found=props.get(PROP_FORMAT, "1"), expected=FORMAT)
     return props
+
+
+def stored_log_hashes(definition: dict[str, str]) -> bool:
+    """Whether the stored SCD type 2 log keeps hashes of upserts' values, not values."""
+    return definition.get(PROP_LOG) == LOG_HASHES
 
 
 def stored_keys(definition: dict[str, str]) -> list[str]:

@@ -3,6 +3,7 @@ checked for every mode in test_properties.py)."""
 
 from __future__ import annotations
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd2
@@ -19,6 +20,7 @@ from users import (
 )
 
 import autocdc
+from autocdc.engine import fit, state
 
 
 def test_worked_example_out_of_order_with_replay(spark, new_table):
@@ -174,14 +176,23 @@ def test_a_first_batch_into_a_target_that_holds_versions_is_merged_not_appended(
     assert_versions(spark, target, [(k, *v, s, e) for k, v, s, e in expected] + [held[1]])
 
 
-def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(spark, new_table):
+MIXED_TRACKING = {"city_untracked": ["city"], "all_tracked": None}
+
+
+@pytest.mark.parametrize("untracked", MIXED_TRACKING.values(), ids=MIXED_TRACKING.keys())
+def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(
+    spark, new_table, untracked
+):
     """Most keys take one change after all they logged and only continue their history
-    (close, update in place, open); late keys and keys changed twice are rebuilt. Both
-    kinds in one batch, ``city`` untracked, then a replay and a further batch."""
+    (close, update in place, open); late keys, keys changed twice and keys whose last
+    logged sequence holds a tie are rebuilt. Both kinds in one batch, then a replay and a
+    further batch; with every column tracked the log keeps hashes, not values."""
     target = new_table("hist_mixed")
-    flow = history_flow(target, track_history_except_column_list=["city"])
+    flow = history_flow(target, track_history_except_column_list=untracked)
     first = [(k, f"n{k}", "c", "INSERT", 10) for k in range(1, 9)]
     first += [(7, None, None, "DELETE", 20), (8, None, None, "DELETE", 20)]
+    # Ties at the last logged sequence ("b" wins): 11 continues, 12 takes a late change.
+    first += [(k, n, "c", "INSERT", 10) for k in (11, 12) for n in ("a", "b")]
     second = [
         (1, "n1b", "c", "UPDATE", 30),  # tracked value: closes and opens
         (2, "n2", "moved", "UPDATE", 30),  # untracked value: in place
@@ -195,6 +206,8 @@ def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(spark, 
         (6, "n6c", "x", "UPDATE", 40),
         (10, "n10", "c", "INSERT", 30),  # new key, inserted and deleted: rebuilt
         (10, None, None, "DELETE", 40),
+        (11, "a", "c", "UPDATE", 30),  # the tie's loser, later: closes and opens
+        (12, "a", "x", "UPDATE", 5),  # late, before the tie
     ]
     third = [(1, "n1c", "c", "UPDATE", 50), (2, None, None, "DELETE", 50)]
     for rows in (first, second, second, third):
@@ -204,5 +217,45 @@ def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(spark, 
         Change(k, s, DELETE if op == "DELETE" else UPSERT, () if op == "DELETE" else (n, c))
         for k, n, c, op, s in first + second + third
     ]
-    expected = [(k, *v, s, e) for k, v, s, e in fold_scd2(changes, tracked=[0])]
+    tracked = [0] if untracked else [0, 1]
+    expected = [(k, *v, s, e) for k, v, s, e in fold_scd2(changes, tracked=tracked)]
     assert_versions(spark, target, expected)
+    logged = spark.table(flow.state_table).where("__autocdc_kind = 'E' AND __autocdc_live")
+    kept = logged.select(
+        F.count(F.when(F.col("name").isNotNull(), 1)), F.count("__autocdc_hash")
+    ).first()
+    upserts = len({c for c in changes if c.op == UPSERT})
+    assert tuple(kept) == ((upserts, 0) if untracked else (0, upserts))
+
+
+def test_a_log_of_values_written_before_hashes_keeps_working(spark, new_table, monkeypatch):
+    """A target whose state table has no log property (written before hashes were
+    logged) goes on logging values, and its history stays the fold's."""
+    target = new_table("hist_values_log")
+    flow = history_flow(target)
+    without = fit.definition
+
+    def older(spec, sequence):
+        return {k: v for k, v in without(spec, sequence).items() if k != state.PROP_LOG}
+
+    monkeypatch.setattr(fit, "definition", older)
+    late_first = sorted(EXAMPLE, key=lambda r: -r[4])
+    flow.apply(spark.createDataFrame(late_first[:4], SCHEMA))
+    monkeypatch.undo()
+    flow.apply(spark.createDataFrame(late_first[4:], SCHEMA))
+    flow.apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    expected = fold_scd2(as_changes(EXAMPLE), tracked=[0, 1])
+    assert_versions(spark, target, [(k, *v, s, e) for k, v, s, e in expected])
+    logged = spark.table(flow.state_table).where("__autocdc_kind = 'E' AND __autocdc_live")
+    assert logged.where("name IS NULL").count() == 0
+    assert logged.count() == sum(1 for r in EXAMPLE if r[3] != "DELETE")
+
+
+def test_a_track_history_list_into_a_target_logging_hashes_is_refused(spark, new_table):
+    """Its log keeps no untracked values to split versions with: a full refresh rebuilds
+    it under the new list."""
+    target = new_table("hist_hashes")
+    history_flow(target).apply(spark.createDataFrame(EXAMPLE[:4], SCHEMA))
+    narrower = history_flow(target, track_history_except_column_list=["city"])
+    with pytest.raises(autocdc.DefinitionChangedError, match="track_history list"):
+        narrower.apply(spark.createDataFrame(EXAMPLE[4:], SCHEMA))
