@@ -102,7 +102,7 @@ def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
         declared[st.PROP_GROUPS] = groups_text(spec)
     if spec.stored_as_scd_type == 2:
         hashes = _tracks_all(spec) and not spec.partial
-        declared[st.PROP_LOG] = st.LOG_HASHES if hashes else "values"
+        declared[st.PROP_LOG] = st.LOG_HASHES if hashes else st.LOG_VALUES
     return declared
 
 

@@ -57,7 +57,7 @@ VERSION, NEXT, VALUES, GONE = (
 NEW, HELD, GEN, REPEAT = "__autocdc_new", "__autocdc_held", "__autocdc_gen", "__autocdc_repeat"
 FRESH, SIMPLE, TOUCHED = "__autocdc_fresh", "__autocdc_simple", "__autocdc_touched"
 LAST, EVENT, LOGGED = "__autocdc_last", "__autocdc_event", "__autocdc_logged"
-ENDS, CLEAR = "__autocdc_ends", "__autocdc_clear"
+ENDS = "__autocdc_ends"
 
 
 def _sets(name: str) -> Column:

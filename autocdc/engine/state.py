@@ -95,7 +95,7 @@ GROUPS_SEQUENCE = "groups"  # PROP_SEQUENCE of a target with sequence groups
 # SCD type 2: what the log keeps of an upsert, "hashes" or (absent: before it was
 # written) "values"; fixed when the tables are created.
 PROP_LOG = "autocdc.scd2Log"
-LOG_HASHES = "hashes"
+LOG_HASHES, LOG_VALUES = "hashes", "values"
 # Before partial upserts, ignore_null_updates alone made a target partial (same layout).
 PROP_IGNORE_NULL_UPDATES = "autocdc.ignoreNullUpdates"
 DEFINITION_FIELDS = {
