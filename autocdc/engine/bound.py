@@ -64,30 +64,36 @@ def boundable(data_type: DataType) -> bool:
     return isinstance(data_type, _EXACT)
 
 
-def _lowest(name: str) -> str:
-    return st.derived("lo", name)
+def _lowest(name: str, prefix: str = "") -> str:
+    return st.derived(prefix + "lo", name)
 
 
-def _highest(name: str) -> str:
-    return st.derived("hi", name)
+def _highest(name: str, prefix: str = "") -> str:
+    return st.derived(prefix + "hi", name)
 
 
-def _listed(name: str) -> str:
-    return st.derived("in", name)
+def _listed(name: str, prefix: str = "") -> str:
+    return st.derived(prefix + "in", name)
 
 
-def aggregates(keys: list[StructField], where: Column, listed: bool) -> list[Column]:
+def aggregates(
+    keys: list[StructField], where: Column, listed: bool, prefix: str = ""
+) -> list[Column]:
     """Aggregates for :func:`from_row`, to run beside a batch's own: over the rows
     ``where`` holds, each boundable key column's lowest and highest value, and with
-    ``listed`` (the caller knows there are at most ``MAX_IN_LIST`` rows) its values."""
+    ``listed`` (the caller knows there are at most ``MAX_IN_LIST`` rows) its values.
+    ``prefix`` names them apart from another bound's in the same aggregation."""
     aggs: list[Column] = []
     for f in keys:
         if not boundable(f.dataType):
             continue
         value = F.when(where, col(f.name))
-        aggs += [F.min(value).alias(_lowest(f.name)), F.max(value).alias(_highest(f.name))]
+        aggs += [
+            F.min(value).alias(_lowest(f.name, prefix)),
+            F.max(value).alias(_highest(f.name, prefix)),
+        ]
         if listed:
-            aggs.append(F.collect_set(value).alias(_listed(f.name)))
+            aggs.append(F.collect_set(value).alias(_listed(f.name, prefix)))
     return aggs
 
 
@@ -118,15 +124,15 @@ def _predicate(
     return listed & reduce(lambda a, b: a | b, [column == F.lit(v) for v in values])
 
 
-def from_row(row: Row, keys: list[StructField]) -> KeyBound:
+def from_row(row: Row, keys: list[StructField], prefix: str = "") -> KeyBound:
     """The bound from a row of :func:`aggregates` (its values where it listed them)."""
     parts = []
     fields = row.asDict()
     for f in keys:
-        low = fields.get(_lowest(f.name))
+        low = fields.get(_lowest(f.name, prefix))
         if low is None:  # not bounded, or no row to bound
             continue
-        high, values = fields[_highest(f.name)], fields.get(_listed(f.name))
+        high, values = fields[_highest(f.name, prefix)], fields.get(_listed(f.name, prefix))
         if isinstance(f.dataType, StringType) and any(
             _REPLACED in v for v in (values if values is not None else (low, high))
         ):

@@ -58,6 +58,7 @@ NEW, HELD, GEN, REPEAT = "__autocdc_new", "__autocdc_held", "__autocdc_gen", "__
 FRESH, SIMPLE, TOUCHED = "__autocdc_fresh", "__autocdc_simple", "__autocdc_touched"
 LAST, EVENT, LOGGED = "__autocdc_last", "__autocdc_event", "__autocdc_logged"
 ENDS = "__autocdc_ends"
+HELD_BOUND = "held"  # the prefix of the rebuilt keys' bound (see :func:`plan`)
 
 
 def _sets(name: str) -> Column:
@@ -113,7 +114,8 @@ def held_values(
     tracked, as a version's changes all hold its values; an upsert at a sequence no version
     holds (one deleted at its own sequence) is left out, as it shapes no version, now or
     after any later change. ``held``: how many upserts ``logged`` holds (broadcast when
-    they fit; the target is read only within ``keys_bound``, and only if there are any)."""
+    they fit; the target is read only within ``keys_bound``, theirs, and only if there
+    are any: on a target clustered by key, only the files that can hold them)."""
     keys, values = layout.key_names, layout.value_names
     deletes = logged.where(~col(st.LIVE))  # they hold no values
     if not held:
@@ -307,16 +309,17 @@ def merge(
     keys_bound: kb.KeyBound,
     sole: bool,
     held: int,
+    held_bound: kb.KeyBound,
 ) -> Callable[[], DataFrame]:
     """The MERGE that turns the touched keys' history as their log gives it (what the
     target holds: the log describes the target) into the one their log and new changes
     give (``rows``: both, spread by key, the changes marked ``FRESH``, the rows of a key
     that continues its history ``SIMPLE``): versions that changed or are new are written,
     versions that are gone deleted, the rest not touched.
-    Nothing runs until called, and the target is read within
-    ``keys_bound`` (the touched keys'; with ``log_hashes``, the rebuilt keys' ``held``
-    logged upserts read their values from it first). ``sole``: ``rows`` are only new
-    changes, one per key, and nothing is logged (not spread: nothing is grouped)."""
+    Nothing runs until called, and the target is read within ``keys_bound`` (the touched
+    keys'; with ``log_hashes``, the rebuilt keys' ``held`` logged upserts read their
+    values from it first, within ``held_bound``, their keys'). ``sole``: ``rows`` are only
+    new changes, one per key, and nothing is logged (not spread: nothing is grouped)."""
     keys, values = layout.key_names, layout.value_names
     types = _target_types(layout)
     columns = list(types)
@@ -338,7 +341,7 @@ def merge(
         is_new = col(FRESH)
         rebuilding = rows.where(~col(SIMPLE))
         if layout.log_hashes:
-            logged = held_values(spark, target, layout, rebuilding.where(~is_new), keys_bound, held)
+            logged = held_values(spark, target, layout, rebuilding.where(~is_new), held_bound, held)
             rebuilding = logged.unionByName(rebuilding.where(is_new))
         both = rebuilding.select(
             "*",
@@ -485,6 +488,9 @@ def plan(batch: Batch) -> Plan:
         if not sole:  # logged upserts of the keys rebuilt (with ``log_hashes``: their values)
             held = col(TOUCHED) & ~col(SIMPLE) & ~fresh & col(st.LIVE)
             aggregates.append(F.count(F.when(held, 1)).alias("held"))
+            if layout.log_hashes:  # their key bound: what the target is read within
+                listed = batch.counts.keyed <= kb.MAX_IN_LIST
+                aggregates += kb.aggregates(layout.keys, held, listed=listed, prefix=HELD_BOUND)
         rows, row = materialized(rows, aggregates)
     new_events = log_rows(
         rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT, LOGGED), layout
@@ -512,5 +518,6 @@ def plan(batch: Batch) -> Plan:
         kb.from_row(row, layout.keys),
         sole,
         0 if sole else row["held"],
+        kb.from_row(row, layout.keys, prefix=HELD_BOUND),
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
