@@ -186,7 +186,7 @@ def fit(
     found = not fresh and tables.exists(spark, state_table)
     declared = definition(spec, sequence)
     partial = spec.partial
-    log_hashes = declared.get(st.PROP_LOG) == st.LOG_HASHES
+    log_hashes = st.stored_log_hashes(declared)
     stored: tuple[list[StructField], list[StructField]] | None = None
     target_fields = st.user_columns(tables.read(spark, spec.target).schema) if found else []
     stored_names = [f.name for f in target_fields]

@@ -428,6 +428,7 @@ def plan(batch: Batch) -> Plan:
     events = event_rows(batch.staged.changes, layout, batch.batch_id)
     fresh, new_event = col(FRESH), col(NEW)
     load = sole and into_empty_target(batch)
+    reads_held = layout.log_hashes and not sole  # a rebuilt key's logged values: the target
     if sole:
         flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)] + [F.lit(False).alias(REPEAT)]
         rows = events.select("*", *flags)
@@ -478,19 +479,20 @@ def plan(batch: Batch) -> Plan:
         keyed, deletes = batch.counts.keyed, batch.counts.deletes
         row = {"distinct": keyed, "upserts": keyed - deletes, "deletes": deletes}
     else:
+        listed = batch.counts.keyed <= kb.MAX_IN_LIST
         aggregates = [
             F.count(F.when(fresh & ~col(REPEAT), 1)).alias("distinct"),
             F.count(F.when(new_event & col(st.LIVE), 1)).alias("upserts"),
             F.count(F.when(new_event & ~col(st.LIVE), 1)).alias("deletes"),
             # The MERGE's key bound: the keys of new changes (listed if there can be few).
-            *kb.aggregates(layout.keys, new_event, listed=batch.counts.keyed <= kb.MAX_IN_LIST),
+            *kb.aggregates(layout.keys, new_event, listed=listed),
         ]
-        if not sole:  # logged upserts of the keys rebuilt (with ``log_hashes``: their values)
+        if reads_held:  # the rebuilt keys' logged upserts, whose values the target holds
             held = col(TOUCHED) & ~col(SIMPLE) & ~fresh & col(st.LIVE)
-            aggregates.append(F.count(F.when(held, 1)).alias("held"))
-            if layout.log_hashes:  # their key bound: what the target is read within
-                listed = batch.counts.keyed <= kb.MAX_IN_LIST
-                aggregates += kb.aggregates(layout.keys, held, listed=listed, prefix=HELD_BOUND)
+            aggregates += [
+                F.count(F.when(held, 1)).alias("held"),
+                *kb.aggregates(layout.keys, held, listed=listed, prefix=HELD_BOUND),
+            ]
         rows, row = materialized(rows, aggregates)
     new_events = log_rows(
         rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT, LOGGED), layout
@@ -517,7 +519,7 @@ def plan(batch: Batch) -> Plan:
         rows.where(col(TOUCHED) & (~fresh | col(NEW))).drop(NEW, TOUCHED, REPEAT),
         kb.from_row(row, layout.keys),
         sole,
-        0 if sole else row["held"],
+        row["held"] if reads_held else 0,
         kb.from_row(row, layout.keys, prefix=HELD_BOUND),
     )
     return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
