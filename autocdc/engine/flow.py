@@ -139,7 +139,7 @@ class AutoCdcFlow(FlowSpec):
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         with commit.warming(spark, [names.state, self.target]):
             try:
-                with tuning.staging(spark, meta.meta.rows):
+                with tuning.staging(spark, meta.meta.rows, tuning.estimated_bytes(df)):
                     counts = _counts(staged, layout.keys)
                 steps.lap("stage")
                 if counts.rows_in == 0:  # nothing to read state for

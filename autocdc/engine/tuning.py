@@ -10,7 +10,9 @@ interpreted they doubled it (100 changes into 1M rows: 7.1 s instead of 3.8 s; a
 batch of 100k changes 23.8 s instead of 20.9 s). So a batch whose state and changes
 hold ``COMPILED_FROM_ROWS`` rows or more runs with Spark's default (:func:`fit_to_size`).
 The one query that reads the whole batch before its size is known, the stage's counts,
-runs compiled on a flow's first batch, which may be an initial load (:func:`staging`).
+runs compiled on a flow's first batch, which may be an initial load, and on a batch whose
+source Spark estimates at ``COMPILED_FROM_BYTES`` or more (its files' size: known for a
+file source, not for rows handed over from Python or a Kafka stream) (:func:`staging`).
 Rows, not bytes: the state's meta counts them, which costs nothing, where a table's size
 in bytes cost a second a batch (Delta reconstructs the snapshot's state to sum it).
 Whole-stage code generation stays on throughout.
@@ -29,12 +31,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 _FACTORY_MODE = "spark.sql.codegen.factoryMode"
 SETTINGS = {_FACTORY_MODE: "NO_CODEGEN", "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 # From this many state rows and changes on, a batch runs compiled: see above.
 COMPILED_FROM_ROWS = 250_000
+# From a source this large on (Spark's estimate), the stage's counts run compiled: a
+# 100k-change batch (9.6 MB of Parquet) into 1M rows spent 0.72-0.79 s there instead of
+# 1.03-1.26 s interpreted (one task caching the batch, event log, 2 batches each).
+COMPILED_FROM_BYTES = 4 * 1024 * 1024
 
 
 @contextmanager
@@ -61,13 +67,25 @@ def engine_settings(spark: SparkSession) -> AbstractContextManager[None]:
     return session_conf(spark, SETTINGS)
 
 
-def staging(spark: SparkSession, stored_rows: int) -> AbstractContextManager[None]:
+def estimated_bytes(df: DataFrame) -> int | None:
+    """Spark's estimate of ``df``'s size from its analyzed plan (no job runs), or None
+    where Spark has none (it then assumes ``spark.sql.defaultSizeInBytes``)."""
+    size = int(df._jdf.queryExecution().analyzed().stats().sizeInBytes())
+    unknown = df.sparkSession._jsparkSession.sessionState().conf().defaultSizeInBytes()
+    return None if size >= unknown else size
+
+
+def staging(
+    spark: SparkSession, stored_rows: int, source_bytes: int | None
+) -> AbstractContextManager[None]:
     """Inside :func:`engine_settings`, for the stage's counts (the pass that caches the
     batch before its size is known): compiled on a flow's first batch (``stored_rows``
     0), which may be an initial load of any size (interpreted, a 2M-row first batch spent
-    8.3 s there instead of 4.4 s); later batches keep the engine's setting (compiled,
-    100-change batches into 20k rows took 6% longer)."""
-    return session_conf(spark, {} if stored_rows else {_FACTORY_MODE: "FALLBACK"})
+    8.3 s there instead of 4.4 s), and for a source estimated at ``COMPILED_FROM_BYTES``
+    or more (``source_bytes``, see :func:`estimated_bytes`); other batches keep the
+    engine's setting (compiled, 100-change batches into 20k rows took 6% longer)."""
+    large = source_bytes is not None and source_bytes >= COMPILED_FROM_BYTES
+    return session_conf(spark, {_FACTORY_MODE: "FALLBACK"} if large or not stored_rows else {})
 
 
 def fit_to_size(spark: SparkSession, rows: int) -> None:

@@ -17,10 +17,14 @@ def test_large_tables_and_first_batches_run_compiled_and_the_session_keeps_its_s
     try:
         with tuning.engine_settings(spark):
             assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
-            with tuning.staging(spark, stored_rows=0):  # a first batch's counts
+            with tuning.staging(spark, stored_rows=0, source_bytes=None):  # a first batch
                 assert spark.conf.get(FACTORY_MODE) == "FALLBACK"
-            with tuning.staging(spark, stored_rows=1):
-                assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
+            large = tuning.COMPILED_FROM_BYTES
+            with tuning.staging(spark, stored_rows=1, source_bytes=large):
+                assert spark.conf.get(FACTORY_MODE) == "FALLBACK"
+            for unknown_or_small in (None, large - 1):
+                with tuning.staging(spark, stored_rows=1, source_bytes=unknown_or_small):
+                    assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
             assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
             tuning.fit_to_size(spark, tuning.COMPILED_FROM_ROWS - 1)
             assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
@@ -29,6 +33,14 @@ def test_large_tables_and_first_batches_run_compiled_and_the_session_keeps_its_s
         assert spark.conf.get(FACTORY_MODE) == "CODEGEN_ONLY"
     finally:
         spark.conf.unset(FACTORY_MODE)
+
+
+def test_a_sources_size_is_the_files_size_and_unknown_for_rows_from_python(spark, tmp_path):
+    rows = spark.createDataFrame(EXAMPLE, SCHEMA)
+    assert tuning.estimated_bytes(rows) is None
+    rows.write.parquet(str(tmp_path / "batch"))
+    size = sum(f.stat().st_size for f in (tmp_path / "batch").glob("*.parquet"))
+    assert tuning.estimated_bytes(spark.read.parquet(str(tmp_path / "batch"))) == size
 
 
 def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is_harmless(
