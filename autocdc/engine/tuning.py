@@ -33,8 +33,9 @@ from contextlib import AbstractContextManager, contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 
-_FACTORY_MODE = "spark.sql.codegen.factoryMode"
-SETTINGS = {_FACTORY_MODE: "NO_CODEGEN", "spark.sql.inMemoryColumnarStorage.compressed": "false"}
+FACTORY_MODE = "spark.sql.codegen.factoryMode"
+INTERPRETED = "NO_CODEGEN"
+SETTINGS = {FACTORY_MODE: INTERPRETED, "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 # From this many state rows and changes on, a batch runs compiled: see above.
 COMPILED_FROM_ROWS = 250_000
 # From a source this large on (Spark's estimate), the stage's counts run compiled: a
@@ -85,7 +86,7 @@ def staging(
     or more (``source_bytes``, see :func:`estimated_bytes`); other batches keep the
     engine's setting (compiled, 100-change batches into 20k rows took 6% longer)."""
     large = source_bytes is not None and source_bytes >= COMPILED_FROM_BYTES
-    return session_conf(spark, {_FACTORY_MODE: "FALLBACK"} if large or not stored_rows else {})
+    return session_conf(spark, {FACTORY_MODE: "FALLBACK"} if large or not stored_rows else {})
 
 
 def fit_to_size(spark: SparkSession, rows: int) -> None:
@@ -93,4 +94,4 @@ def fit_to_size(spark: SparkSession, rows: int) -> None:
     handles ``rows`` (state rows and changes) of at least ``COMPILED_FROM_ROWS``; the
     block's end restores the session's own setting either way."""
     if rows >= COMPILED_FROM_ROWS:
-        spark.conf.set(_FACTORY_MODE, "FALLBACK")
+        spark.conf.set(FACTORY_MODE, "FALLBACK")

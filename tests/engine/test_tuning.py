@@ -46,13 +46,16 @@ def test_a_sources_size_is_the_files_size_and_unknown_for_rows_from_python(spark
 def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is_harmless(
     spark, new_table, monkeypatch
 ):
-    """The warm-up reads the state's snapshot, then the target's, from its own thread; it
-    ends with the batch, and when it fails the batch still applies, exactly."""
+    """The warm-up reads the state's snapshot, then the target's, from its own thread and
+    in a session of its own, interpreted whatever the batch's session runs; it ends with
+    the batch, and when it fails the batch still applies, exactly."""
     snapshot, warmed, failing = commit._snapshot, [], threading.Event()
+    sessions = set()
 
     def watched(spark_, name):
         if threading.current_thread().name == "autocdc-warm":
             warmed.append(name)
+            sessions.add((spark_._jsparkSession.hashCode(), spark_.conf.get(FACTORY_MODE)))
             if failing.is_set():
                 raise RuntimeError("warm-up failed")
         return snapshot(spark_, name)
@@ -60,8 +63,12 @@ def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is
     monkeypatch.setattr(commit, "_snapshot", watched)
     target = new_table("warm")
     flow = users_flow(target)
-    flow.apply(spark.createDataFrame(EXAMPLE[:3], SCHEMA))
+    with monkeypatch.context() as m:  # the batch runs compiled, as into a large table
+        m.setitem(tuning.SETTINGS, FACTORY_MODE, "FALLBACK")
+        flow.apply(spark.createDataFrame(EXAMPLE[:3], SCHEMA))
     assert warmed == [flow.state_table, target]
+    assert sessions == {(commit._warming_session(spark)._jsparkSession.hashCode(), "NO_CODEGEN")}
+    assert spark._jsparkSession.hashCode() not in {s for s, _ in sessions}
     assert not [t for t in threading.enumerate() if t.name == "autocdc-warm"]
 
     failing.set()
