@@ -51,6 +51,11 @@ MAX_IN_LIST = 200
 # and cost 9.7 s against the bare list's 7.5 s (and 13.6 s with no list in front of them),
 # so longer lists skip no files.
 MAX_EQUALITIES = 32
+# A batch whose source Spark estimates below this many bytes lists its keys in the stage's
+# counts (Parquet of up to a few thousand rows: a set of that many keys costs nothing),
+# so that its state read is filtered by them (see :func:`exact`). A larger or unsized
+# source gets the range alone, as collecting a large batch's set would cost.
+LISTED_BELOW_BYTES = 256 * 1024
 
 _EXACT = (ByteType, ShortType, IntegerType, LongType, DecimalType, DateType)
 _REPLACED = "\ufffd"  # what the JVM makes of bytes that are not UTF-8
@@ -140,6 +145,14 @@ def from_row(row: Row, keys: list[StructField], prefix: str = "") -> KeyBound:
         listed = None if values is None or len(values) > MAX_IN_LIST else tuple(values)
         parts.append((f.name, listed, low, high))
     return KeyBound(tuple(parts))
+
+
+def exact(bound: KeyBound, keys: list[str]) -> bool:
+    """Whether ``bound`` holds for exactly its batch's keys: one key column, listed (a
+    composite key's lists hold the product of its columns' values)."""
+    return len(keys) == 1 and any(
+        name == keys[0] and values is not None for name, values, *_ in bound.parts
+    )
 
 
 def restrict(df: DataFrame, bound: KeyBound) -> DataFrame:

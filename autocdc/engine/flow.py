@@ -139,8 +139,10 @@ class AutoCdcFlow(FlowSpec):
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         with commit.warming(spark, [names.state, self.target]):
             try:
-                with tuning.staging(spark, meta.meta.rows, tuning.estimated_bytes(df)):
-                    counts = _counts(staged, layout.keys)
+                source_bytes = tuning.estimated_bytes(df)
+                listed = source_bytes is not None and source_bytes < bound.LISTED_BELOW_BYTES
+                with tuning.staging(spark, meta.meta.rows, source_bytes):
+                    counts = _counts(staged, layout.keys, listed)
                 steps.lap("stage")
                 if counts.rows_in == 0:  # nothing to read state for
                     return self._metrics(
@@ -378,9 +380,10 @@ class AutoCdcFlow(FlowSpec):
         self._gc_clock = None
 
 
-def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
-    """One aggregate over the cached batch (which it materializes); the key range rides
-    on it rather than costing a job of its own."""
+def _counts(staged: stage.StagedBatch, keys: list[StructField], listed: bool) -> Counts:
+    """One aggregate over the cached batch (which it materializes); the key range (with
+    ``listed``, the keys themselves when there are few) rides on it rather than costing a
+    job of its own."""
     ok = col(REASON).isNull()
     keyed = ok & (col(OP) != TRUNCATE)
     skipped = col(REASON) == stage.SKIPPED
@@ -391,7 +394,7 @@ def _counts(staged: stage.StagedBatch, keys: list[StructField]) -> Counts:
         F.count(F.when(ok & (col(OP) == TRUNCATE), 1)).alias("truncates"),
         F.count(F.when(keyed, 1)).alias("keyed"),
         F.count(F.when(keyed & (col(OP) == DELETE), 1)).alias("deletes"),
-        *bound.aggregates(keys, keyed, listed=False),
+        *bound.aggregates(keys, keyed, listed=listed),
     ).first()
     return Counts(
         rows_in=row["rows_in"],

@@ -563,9 +563,10 @@ def plan(batch: Batch) -> Plan:
     old_state = st.state_rows(spark, batch.names.state)
     if not whole_state:  # key-pruned: only the state of keys in this batch
         old_state = kb.restrict(old_state, batch.counts.key_range)  # filtered in the scan
-        batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
-        batch_keys = sizing.small(batch_keys.distinct(), batch.counts.keyed)
-        old_state = old_state.join(batch_keys, keys, "left_semi")
+        if not kb.exact(batch.counts.key_range, keys):  # a range: keep the batch's keys
+            batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
+            batch_keys = sizing.small(batch_keys.distinct(), batch.counts.keyed)
+            old_state = old_state.join(batch_keys, keys, "left_semi")
     old_state = st.current(old_state, keys)
     if whole_state or layout.grouped:  # read once: joined twice (classify, fold or regroup)
         old_state = old_state.localCheckpoint()

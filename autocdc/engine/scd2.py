@@ -434,8 +434,10 @@ def plan(batch: Batch) -> Plan:
         rows = events.select("*", *flags)
     else:
         logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
-        batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
-        logged = kb.restrict(logged, batch.counts.key_range).join(batch_keys, keys, "left_semi")
+        logged = kb.restrict(logged, batch.counts.key_range)
+        if not kb.exact(batch.counts.key_range, keys):  # a range: keep the batch's keys
+            batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
+            logged = logged.join(batch_keys, keys, "left_semi")
         fields = {f.name: f.dataType for f in layout.schema().fields}
         logged_values = [st.HASH] if layout.log_hashes else layout.value_names
         logged_columns = [*keys, st.UPS, st.LIVE, *logged_values]

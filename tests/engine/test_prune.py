@@ -110,6 +110,10 @@ def test_the_bound_lists_few_values_ranges_many_and_leaves_unsafe_columns_out(sp
     assert many.parts == ((key, None, 0, 5000),)
     ranged = bound_of(key, 3, 7)
     assert ranged.parts == ((key, None, 3, 7),)
+    # Only a list of a sole key column is the batch's keys exactly.
+    assert bound.exact(few, [key])
+    assert not bound.exact(few, [key, name])
+    assert not bound.exact(ranged, [key]) and not bound.exact(many, [key])
     # A string the JVM could not hand over intact (invalid UTF-8): its column unbounded.
     assert bound_of(name, "a", "z\ufffd").column() is None
     assert bound.KeyBound(()).column() is None
@@ -119,6 +123,34 @@ def test_the_bound_lists_few_values_ranges_many_and_leaves_unsafe_columns_out(sp
     assert sorted(r[0] for r in df.where(few.column()).collect()) == [1, 5, 9]
     assert sorted(r[0] for r in df.where(ranged.column()).collect()) == [3, 4, 5, 6, 7]
     assert df.where(bound_of(price, Decimal("1.50"), Decimal("1.50")).column()).count() == 12
+
+
+def test_a_small_batch_from_files_reads_the_state_of_its_listed_keys(
+    spark, new_table, tmp_path, monkeypatch
+):
+    """A source Spark sizes (files) below ``LISTED_BELOW_BYTES`` lists its keys in the
+    counts, and the state read keeps those keys by the list alone (no semi-join with the
+    batch); a source without a size (rows from Python) keeps the range and the join."""
+    exact, seen = bound.exact, []
+    monkeypatch.setattr(bound, "exact", lambda b, keys: seen.append(exact(b, keys)) or seen[-1])
+    target = new_table("listed")
+    flow = autocdc.AutoCdcFlow(
+        target=target,
+        keys=["id"],
+        sequence_by="seq",
+        apply_as_deletes="op = 'D'",
+        except_column_list=["op", "seq"],
+    )
+    schema = "id long, seq long, op string, v long"
+    flow.apply(spark.createDataFrame([(k, 1, "U", k) for k in range(6)], schema))
+    flow.apply(spark.createDataFrame([(1, 2, "U", 10), (2, 2, "D", None)], schema))
+    spark.createDataFrame(
+        [(3, 3, "U", 30), (4, 3, "D", None), (2, 1, "U", 0)], schema
+    ).write.parquet(str(tmp_path / "batch"))
+    flow.apply(spark.read.parquet(str(tmp_path / "batch")))
+    assert seen == [False, True]  # the first batch read no state
+    rows = {r["id"]: r["v"] for r in flow.current(spark).collect()}
+    assert rows == {0: 0, 1: 10, 3: 30, 5: 5}  # the late upsert of 2 stays deleted
 
 
 def test_the_state_keeps_key_statistics_and_compacts_into_key_ranges(spark, new_table):
