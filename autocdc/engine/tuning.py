@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
@@ -70,8 +71,12 @@ def engine_settings(spark: SparkSession) -> AbstractContextManager[None]:
 
 def estimated_bytes(df: DataFrame) -> int | None:
     """Spark's estimate of ``df``'s size from its analyzed plan (no job runs), or None
-    where Spark has none (it then assumes ``spark.sql.defaultSizeInBytes``)."""
-    size = int(df._jdf.queryExecution().analyzed().stats().sizeInBytes())
+    where Spark has none (it then assumes ``spark.sql.defaultSizeInBytes``) or a source
+    fails to give one (the batch then runs as for an unsized source)."""
+    try:
+        size = int(df._jdf.queryExecution().analyzed().stats().sizeInBytes())
+    except Py4JJavaError:
+        return None
     unknown = df.sparkSession._jsparkSession.sessionState().conf().defaultSizeInBytes()
     return None if size >= unknown else size
 
