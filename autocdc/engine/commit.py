@@ -142,13 +142,17 @@ def warming(spark: SparkSession, names: list[str]) -> Iterator[None]:
     session = _warming_session(spark)
 
     def warm() -> None:
-        # Delta plans the rebuild in the thread's active session.
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
-        for name in names:
-            try:
+        # Delta plans the rebuild in the thread's active session (its JVM thread's: PySpark
+        # pins one to each Python thread), cleared after, for whatever runs there next.
+        sessions = spark._jvm.org.apache.spark.sql.SparkSession
+        sessions.setActiveSession(session._jsparkSession)
+        try:
+            for name in names:
                 _snapshot(session, name).numOfFiles()
-            except Exception:  # the batch's own read meets it, and says what it is
-                return
+        except Exception:  # the batch's own read meets it, and says what it is
+            pass
+        finally:
+            sessions.clearActiveSession()
 
     thread = threading.Thread(target=warm, name="autocdc-warm", daemon=True)
     thread.start()
