@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     StructField,
 )
 
+from autocdc.engine import sizing
 from autocdc.engine import state as st
 from autocdc.engine.stage import col
 
@@ -159,6 +160,18 @@ def restrict(df: DataFrame, bound: KeyBound) -> DataFrame:
     """``df`` where ``bound`` holds (as is when it bounds no column)."""
     predicate = bound.column()
     return df if predicate is None else df.where(predicate)
+
+
+def of_keys(
+    df: DataFrame, bound: KeyBound, keys: list[str], batch_keys: DataFrame, rows: int
+) -> DataFrame:
+    """``df``'s rows of a batch's keys: where ``bound`` holds (filtered in the scan) and,
+    unless it lists them :func:`exact`-ly, in ``batch_keys`` (the batch's ``rows`` keys,
+    duplicates allowed: a semi-join, broadcast when they fit)."""
+    df = restrict(df, bound)
+    if exact(bound, keys):
+        return df
+    return df.join(sizing.small(batch_keys.distinct(), rows), keys, "left_semi")
 
 
 def on_keys(keys: list[str], keys_bound: KeyBound) -> Column:

@@ -562,11 +562,9 @@ def plan(batch: Batch) -> Plan:
     whole_state = bool(batch.counts.truncates)
     old_state = st.state_rows(spark, batch.names.state)
     if not whole_state:  # key-pruned: only the state of keys in this batch
-        old_state = kb.restrict(old_state, batch.counts.key_range)  # filtered in the scan
-        if not kb.exact(batch.counts.key_range, keys):  # a range: keep the batch's keys
-            batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
-            batch_keys = sizing.small(batch_keys.distinct(), batch.counts.keyed)
-            old_state = old_state.join(batch_keys, keys, "left_semi")
+        batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
+        counts = batch.counts
+        old_state = kb.of_keys(old_state, counts.key_range, keys, batch_keys, counts.keyed)
     old_state = st.current(old_state, keys)
     if whole_state or layout.grouped:  # read once: joined twice (classify, fold or regroup)
         old_state = old_state.localCheckpoint()

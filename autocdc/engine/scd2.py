@@ -434,10 +434,8 @@ def plan(batch: Batch) -> Plan:
         rows = events.select("*", *flags)
     else:
         logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
-        logged = kb.restrict(logged, batch.counts.key_range)
-        if not kb.exact(batch.counts.key_range, keys):  # a range: keep the batch's keys
-            batch_keys = sizing.small(events.select(*key_cols).distinct(), batch.counts.keyed)
-            logged = logged.join(batch_keys, keys, "left_semi")
+        counts = batch.counts
+        logged = kb.of_keys(logged, counts.key_range, keys, events.select(*key_cols), counts.keyed)
         fields = {f.name: f.dataType for f in layout.schema().fields}
         logged_values = [st.HASH] if layout.log_hashes else layout.value_names
         logged_columns = [*keys, st.UPS, st.LIVE, *logged_values]
