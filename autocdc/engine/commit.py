@@ -113,14 +113,13 @@ def _warming_session(spark: SparkSession) -> SparkSession:
     """A session of ``spark``'s context for the warm-up, one per context (a streaming
     query's batches come in sessions of their own): its own SQL settings (interpreted
     expressions; see ``warming``) whatever the batch's are meanwhile."""
-    context = spark.sparkContext
+    key = id(spark.sparkContext)  # not reused: the session kept holds its context
     with _locks_guard:
-        session = _warming_sessions.get(id(context))
-        if session is None or session.sparkContext is not context:
+        if key not in _warming_sessions:
             session = spark.newSession()
             session.conf.set(tuning.FACTORY_MODE, tuning.INTERPRETED)
-            _warming_sessions[id(context)] = session
-        return session
+            _warming_sessions[key] = session
+        return _warming_sessions[key]
 
 
 @contextmanager

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 INTERPRETED = "NO_CODEGEN"
+COMPILED = "FALLBACK"  # Spark's default: compiled, interpreted where compiling fails
 SETTINGS = {FACTORY_MODE: INTERPRETED, "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 # From this many state rows and changes on, a batch runs compiled: see above.
 COMPILED_FROM_ROWS = 250_000
@@ -91,7 +92,7 @@ def staging(
     or more (``source_bytes``, see :func:`estimated_bytes`); other batches keep the
     engine's setting (compiled, 100-change batches into 20k rows took 6% longer)."""
     large = source_bytes is not None and source_bytes >= COMPILED_FROM_BYTES
-    return session_conf(spark, {FACTORY_MODE: "FALLBACK"} if large or not stored_rows else {})
+    return session_conf(spark, {FACTORY_MODE: COMPILED} if large or not stored_rows else {})
 
 
 def fit_to_size(spark: SparkSession, rows: int) -> None:
@@ -99,4 +100,4 @@ def fit_to_size(spark: SparkSession, rows: int) -> None:
     handles ``rows`` (state rows and changes) of at least ``COMPILED_FROM_ROWS``; the
     block's end restores the session's own setting either way."""
     if rows >= COMPILED_FROM_ROWS:
-        spark.conf.set(FACTORY_MODE, "FALLBACK")
+        spark.conf.set(FACTORY_MODE, COMPILED)
