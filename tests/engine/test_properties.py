@@ -35,6 +35,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,7 +290,7 @@ def _diff(got: Counter, want: Counter) -> str:
     return f"missing {sorted(map(repr, want - got))}, unexpected {sorted(map(repr, got - want))}"
 
 
-def _sized_every_other(df, i: int, folder) -> DataFrame:
+def _sized_every_other(df: DataFrame, i: int, folder: Path) -> DataFrame:
     """Batch ``i`` as given (rows from Python: Spark cannot size them) when even, read back
     from Parquet (sized: a small batch's state is read by its listed keys) when odd."""
     if i % 2 == 0:
