@@ -109,6 +109,12 @@ class KeyBound:
 
     parts: tuple[tuple[str, tuple[object, ...] | None, object, object], ...]
 
+    @property
+    def lists(self) -> bool:
+        """Whether a key column is bounded by its values (then a scan keeps only about
+        the batch's keys' rows)."""
+        return any(values is not None for _, values, *_ in self.parts)
+
     def column(self, alias: str | None = None) -> Column | None:
         """The bound over the key columns (of the DataFrame aliased ``alias``); None
         when no key column is bounded."""

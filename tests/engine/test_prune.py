@@ -115,6 +115,7 @@ def test_the_bound_lists_few_values_ranges_many_and_leaves_unsafe_columns_out(sp
     assert many.parts == ((key, None, 0, 5000),)
     ranged = bound_of(key, 3, 7)
     assert ranged.parts == ((key, None, 3, 7),)
+    assert few.lists and not many.lists and not ranged.lists
     # Only a list of a sole key column is the batch's keys exactly.
     assert bound.exact(few, [key])
     assert not bound.exact(few, [key, name])

@@ -20,7 +20,7 @@ from users import (
 )
 
 import autocdc
-from autocdc.engine import fit, state
+from autocdc.engine import bound, fit, state
 
 
 def test_worked_example_out_of_order_with_replay(spark, new_table):
@@ -179,14 +179,19 @@ def test_a_first_batch_into_a_target_that_holds_versions_is_merged_not_appended(
 MIXED_TRACKING = {"city_untracked": ["city"], "all_tracked": None}
 
 
+@pytest.mark.parametrize("listed", [True, False], ids=["keys_listed", "keys_ranged"])
 @pytest.mark.parametrize("untracked", MIXED_TRACKING.values(), ids=MIXED_TRACKING.keys())
 def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(
-    spark, new_table, untracked
+    spark, new_table, untracked, listed, monkeypatch
 ):
     """Most keys take one change after all they logged and only continue their history
     (close, update in place, open); late keys, keys changed twice and keys whose last
     logged sequence holds a tie are rebuilt. Both kinds in one batch, then a replay and a
-    further batch; with every column tracked the log keeps hashes, not values."""
+    further batch; with every column tracked the log keeps hashes, not values. Bounded by
+    the keys' values (a small batch), and by their range (a large one, whose MERGE
+    source is broadcast)."""
+    if not listed:
+        monkeypatch.setattr(bound, "MAX_IN_LIST", 0)
     target = new_table("hist_mixed")
     flow = history_flow(target, track_history_except_column_list=untracked)
     first = [(k, f"n{k}", "c", "INSERT", 10) for k in range(1, 9)]
