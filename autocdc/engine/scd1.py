@@ -62,6 +62,7 @@ TWIN = "__autocdc_twin"  # a duplicate of the change before it
 CHANGED, ACTION, TIE = "__autocdc_changed", "__autocdc_action", "__autocdc_tie"
 NEW_TIE, HELD_TIE = "__autocdc_new_tie", "__autocdc_held_tie"  # settling ties
 OTHER_LIVE = "__autocdc_other_live"  # sequence groups: another group keeps the key live
+SOURCE_BYTES = "source_bytes"  # the plan's observation: bytes of the MERGE's source
 ACT_DELETE, ACT_UPSERT = "D", "U"
 # Per key: events folded, events in all, late and stale ones (the batch's metrics).
 N_OK, N_EVENTS, N_LATE, N_STALE = (
@@ -400,9 +401,11 @@ def merge(
     keys_bound: kb.KeyBound,
     actions: int,
     ties: int,
+    size: int | None,
 ) -> Callable[[], DataFrame]:
     """The target MERGE of the ``actions`` keys whose ACTION is set (not run until
-    called), broadcast when they fit; the condition also bounds the target's keys by
+    called), broadcast when they fit (``size``: their keys' and values' bytes, see
+    ``sizing.row_bytes``); the condition also bounds the target's keys by
     ``keys_bound`` (theirs), so that Delta skips the files that cannot hold them.
 
     Unless the target is partial, no clause reads the target's values: a clause that
@@ -420,7 +423,7 @@ def merge(
     source = changes.where(col(ACTION).isNotNull()).select(
         *[col(c) for c in [*keys, *values, ACTION, *flags]]
     )
-    source = sizing.small(source, actions)
+    source = sizing.small(source, actions, size)
     on = kb.on_keys(keys, keys_bound)
     is_upsert = f"s.{ACTION} = '{ACT_UPSERT}'"
     if layout.per_column_sequences:
@@ -660,6 +663,10 @@ def _planned(
         # The MERGE's key bound: the keys with an action (listed if there can be few:
         # with a truncate every stored key is touched).
         *kb.aggregates(full.keys, col(ACTION).isNotNull(), listed=_few(batch)),
+        # What the MERGE's source takes, for its broadcast (``sizing``).
+        F.sum(
+            F.when(col(ACTION).isNotNull(), sizing.row_bytes([*layout.keys, *layout.values]))
+        ).alias(SOURCE_BYTES),
     ]
     touched, row = materialized(touched, aggregates)
     stats = row["stats"].asDict()
@@ -680,6 +687,7 @@ def _planned(
                 kb.from_row(row, full.keys),
                 stats["actions"],
                 stats["ties"],
+                row[SOURCE_BYTES],
             )
             if stats["actions"]
             else None

@@ -36,7 +36,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType
+from pyspark.sql.types import DataType, StructField
 
 from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
@@ -377,9 +377,13 @@ def merge(
         # ``sizing``): 100k changes into 1M rows took 0.89-1.0x the time. Not under a
         # listed bound, which leaves few target rows to shuffle: the broadcast is a job
         # more, and 100-change batches took 0.97-1.0x.
-        source, row = materialized(changed(), [F.count(F.lit(1)).alias("rows")])
+        written = [StructField(c, t) for c, t in types.items()]
+        source, row = materialized(
+            changed(),
+            [F.count(F.lit(1)).alias("rows"), F.sum(sizing.row_bytes(written)).alias("bytes")],
+        )
         if not keys_bound.lists:
-            source = sizing.small(source, row["rows"])
+            source = sizing.small(source, row["rows"], row["bytes"])
         q = tables.ident
         on = kb.on_keys(keys, keys_bound) & (
             (col(START_AT, "t") == col(START_AT, "s"))

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import threading
 
-from users import EXAMPLE, EXPECTED, SCHEMA, assert_target, users_flow
+import pytest
+from users import (
+    EXAMPLE,
+    EXPECTED,
+    SCHEMA,
+    assert_target,
+    assert_versions,
+    history_flow,
+    users_flow,
+)
 
-from autocdc.engine import commit, tuning
+from autocdc.engine import bound, commit, sizing, tuning
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 
@@ -75,3 +84,40 @@ def test_a_batch_rebuilds_its_tables_snapshots_beside_it_and_a_failed_rebuild_is
     flow.apply(spark.createDataFrame(EXAMPLE[3:], SCHEMA))
     assert warmed[2:] == [flow.state_table]  # the first failure ends the warm-up
     assert_target(spark, target, EXPECTED)
+
+
+@pytest.mark.parametrize("scd_type", [1, 2])
+def test_a_merge_source_is_sized_by_its_values_bytes_not_a_guess_at_them(
+    spark, new_table, monkeypatch, scd_type
+):
+    """A string is guessed at 20 bytes, and a flow's text may hold kilobytes: the MERGE's
+    source is summed as it is materialized, and not broadcast when its real bytes are too
+    many, even where the guess would fit (a broadcast of them could exhaust the driver)."""
+    small, calls = sizing.small, []
+
+    def spy(df, rows, size=None):
+        calls.append((size, sizing.fits(df, rows), sizing.fits(df, rows, size)))
+        return small(df, rows, size)
+
+    monkeypatch.setattr(sizing, "small", spy)
+    monkeypatch.setattr(sizing, "BROADCAST_BYTES", 4096)
+    monkeypatch.setattr(bound, "MAX_IN_LIST", 0)  # a range: SCD2 broadcasts only then
+    target = new_table(f"sized{scd_type}")
+    flow = users_flow(target) if scd_type == 1 else history_flow(target)
+    first = [(1, "a", "c", "INSERT", 1), (2, "b", "c", "INSERT", 1)]
+    flow.apply(spark.createDataFrame(first, SCHEMA))
+    text = "x" * 3000
+    calls.clear()
+    flow.apply(spark.createDataFrame([(k, text, "c", "UPDATE", 2) for k in (1, 2)], SCHEMA))
+
+    sized = [call for call in calls if call[0] is not None]
+    assert len(sized) == 1
+    size, guess_fits, fits = sized[0]
+    assert guess_fits and not fits  # 2 to 4 rows of a few columns, but 6,000 bytes of text
+    if scd_type == 1:  # 8 bytes a value (userId, name, city), and the strings' lengths
+        assert size == 2 * (3 * 8 + len(text) + len("c"))
+        assert_target(spark, target, [(k, text, "c") for k in (1, 2)])
+    else:
+        assert size > 2 * len(text)
+        closed = [(k, n, "c", 1, 2) for k, n in ((1, "a"), (2, "b"))]
+        assert_versions(spark, target, closed + [(k, text, "c", 2, None) for k in (1, 2)])
