@@ -157,9 +157,7 @@ def from_row(row: Row, keys: list[StructField], prefix: str = "") -> KeyBound:
 def exact(bound: KeyBound, keys: list[str]) -> bool:
     """Whether ``bound`` holds for exactly its batch's keys: one key column, listed (a
     composite key's lists hold the product of its columns' values)."""
-    return len(keys) == 1 and any(
-        name == keys[0] and values is not None for name, values, *_ in bound.parts
-    )
+    return len(keys) == 1 and bound.lists  # its parts are the key columns
 
 
 def restrict(df: DataFrame, bound: KeyBound) -> DataFrame:
