@@ -17,7 +17,7 @@ from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, Struct
 
 from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
-from autocdc.engine.commit import Tables, holds_no_files
+from autocdc.engine.commit import Stored, Tables, holds_no_files
 from autocdc.engine.spec import FlowSpec
 from autocdc.engine.stage import StagedBatch, col
 
@@ -50,7 +50,12 @@ class Batch:
     staged: StagedBatch
     counts: Counts
     meta: st.MetaFrame
+    stored: Stored
     batch_id: int
+
+    def state(self) -> DataFrame:
+        """Every state row of the committed batches (the table's and the pending ones)."""
+        return self.stored.read(self.spark, self.layout.schema())
 
 
 def sole_changes(batch: Batch) -> bool:

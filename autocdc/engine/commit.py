@@ -1,7 +1,7 @@
 """The commit protocol: the target's commit is the batch's commit point.
 
 A batch writes three tables (target, state, quarantine) and no transaction covers them
-all. The protocol makes one of them, the target, decide:
+all. The protocol makes one of them, the target, decide, and writes the state once:
 
 1. **Redo.** The batch's state rows and quarantine rows are written to a redo folder of
    their own, ``<warehouse>/<target>__autocdc_redo/<batch>-<token>/``. Nothing reads it
@@ -13,19 +13,27 @@ all. The protocol makes one of them, the target, decide:
    so Delta itself refuses every stale writer: a write whose version is not above the
    committed one is skipped (we see an empty result and start over), and two writers
    committing at once conflict (``ConcurrentTransactionException``).
-3. **Redo applied.** The redo's state rows are appended to the state table, and its
-   quarantine rows to the quarantine table, each with the same ``(app, batch)``, so a
-   repeat is skipped by Delta; then the redo folder goes.
+3. **Quarantine.** The redo's quarantine rows (rare: bad input) are appended to the
+   quarantine table with the same ``(app, batch)``, so a repeat is skipped by Delta.
 
-Every batch starts with :func:`catch_up`: when the state table's version for the app is
-behind the target's, the process that committed the target died before step 3, and the
-redo of the committed batch (the one whose token the target's commit names) is applied
-now. Only then is state read, so every reader sees state that describes the target
-exactly, whatever the crash. A redo whose target commit never happened (a crash before
-step 2, or a writer that lost) is never applied; it is removed once the state is past
-its batch. A crash anywhere therefore leaves either the old batch (redo ignored) or the
-new one (redo applied by whoever comes next), never a mix, and a replay of the same
-changes afterwards is judged against the state that includes them.
+The redo's state rows are then the state's *pending* change: readers take the state
+table together with the redo folders of the committed batches it does not hold yet
+(:class:`Stored`). Every few batches (``FOLD_EVERY``, or once the pending rows pass
+``FOLD_BYTES``) and before a compaction, the pending folders are **folded** into the
+state table in one append whose ``txnVersion`` is the newest batch folded; a fold's
+folders are removed by the next fold (a reader that listed them before this fold still
+finds them). So a batch makes one durable file write and one Delta commit (the
+target's), and the state table keeps its version, and Delta its snapshot, between folds.
+
+Every batch starts with :func:`catch_up`: the committed batches above the state table's
+``txnVersion`` are pending; each has exactly one redo folder that counts, the one whose
+token the target's commit names (several exist only where writers raced: the losers'
+are removed), and its quarantine rows are appended if a crash skipped step 3. A redo
+whose target commit never happened (a crash before step 2, or a writer that lost) is
+never read. A crash anywhere therefore leaves either the old batch (redo ignored) or the
+new one (redo pending), never a mix, and a replay of the same changes afterwards is
+judged against the state that includes them. A fold is maintenance: a crash or a
+conflict in it leaves the folders pending, and Delta skips an append it already holds.
 
 Delta's idempotent DML reads the pair from the session (``spark.databricks.delta.write.
 txnAppId`` / ``txnVersion``); a per-session lock keeps two threads of one session from
@@ -49,13 +57,18 @@ from pyspark.sql.types import StructType
 
 from autocdc.engine import tables, tuning
 from autocdc.engine.errors import RedoMissingError
-from autocdc.engine.faults import crash_point
 from autocdc.engine.tables import CONFLICTS, LostRace
 
 REDO_SUFFIX = "__autocdc_redo"
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# A fold of the pending state rows into the state table: after this many batches, or
+# once their redo files take this many bytes (a batch reads them all, without Delta's
+# statistics), whichever comes first.
+FOLD_EVERY = 8
+FOLD_BYTES = 64 << 20
+_HISTORY = 100  # target commits searched for a raced batch's token
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -208,8 +221,8 @@ def write_redo(
 ) -> Redo:
     """Step 1: the batch's state (and quarantine) rows, durable before the target commit.
 
-    A writer that commits this batch id first removes every redo folder up to it, ours
-    too, possibly while we write it: the write then fails, and we lost the race."""
+    A writer that finds this batch id committed by another attempt removes ours as a
+    loser's, possibly while we write it: the write then fails, and we lost the race."""
     redo = Redo(names.redo_root(spark) / f"{batch}-{uuid.uuid4().hex}", batch)
     try:
         state_rows.write.parquet(str(redo.state))
@@ -234,8 +247,9 @@ def commit_target(
     target) or, with neither, nothing, as the batch's commit point.
 
     Returns the MERGE's row counts (none for an append). Raises :class:`LostRace` when
-    another writer committed this batch id first: the caller recomputes against the new
-    state (if the commit was ours after all, that run finds it through :func:`catch_up`)."""
+    another writer committed this batch id first, after removing this attempt's redo:
+    the caller recomputes against the new state (if the commit was ours after all, the
+    next :func:`catch_up` finds it through the token, and the redo is gone: it says so)."""
     token = f"autocdc:{redo.batch}:{redo.token}"
     try:
         with _transaction(spark, names.app_id, redo.batch, token):
@@ -253,80 +267,150 @@ def commit_target(
         last = tables.delta_table(spark, names.target).history(1).collect()
         result = [] if not last or last[0].userMetadata != token else [None]
     if not result:  # Delta skipped the write: this batch id is taken
+        shutil.rmtree(redo.folder, ignore_errors=True)
         raise LostRace(f"batch {redo.batch} of {names.target} was committed by another writer")
     return result[0].asDict() if result[0] is not None else {}
 
 
-def apply_redo(
-    spark: SparkSession,
-    names: Tables,
-    redo: Redo,
-    state_schema: StructType,
-    create_quarantine: Callable[[], None],
+def apply_quarantine(
+    spark: SparkSession, names: Tables, redo: Redo, create: Callable[[], None]
 ) -> None:
-    """Step 3: append the redo to the state and quarantine tables (each skipped by Delta
-    if it was already appended), then drop every redo folder up to this batch."""
+    """Step 3: append the redo's quarantine rows (skipped by Delta if already there)."""
+    if not redo.quarantine.is_dir():
+        return
+    create()
     try:
-        if redo.quarantine.is_dir():
-            create_quarantine()
-            quarantined = spark.read.parquet(str(redo.quarantine))
-            _append(spark, names.quarantine, quarantined, names, redo)
-        crash_point("after_quarantine")
-        # The state last: its version is what catch_up compares with the target's.
-        rows = spark.read.schema(state_schema).parquet(str(redo.state))
-        _append(spark, names.state, rows, names, redo)
+        rows = spark.read.parquet(str(redo.quarantine))
+        _append(spark, names.quarantine, rows, names, redo.batch)
     except (PySparkException, Py4JJavaError):
-        # Another writer applied this redo and removed it while this one read it.
-        if committed_version(spark, names.state, names.app_id) < redo.batch:
+        # Another writer appended them and a fold removed the folder while we read it.
+        if committed_version(spark, names.quarantine, names.app_id) < redo.batch:
             raise
-    for folder in _redo_folders(names.redo_root(spark)):
-        if _batch_of(folder) <= redo.batch:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _append(spark: SparkSession, name: str, rows: DataFrame, names: Tables, redo: Redo) -> None:
+def _append(spark: SparkSession, name: str, rows: DataFrame, names: Tables, batch: int) -> None:
     try:
         (
             rows.write.format("delta")
             .mode("append")
             .option("txnAppId", names.app_id)
-            .option("txnVersion", redo.batch)
+            .option("txnVersion", batch)
             .save(tables.default_location(spark, name))
         )
     except CONFLICTS:
-        # Another writer appended the same redo at the same time: it is there once.
-        if committed_version(spark, name, names.app_id) < redo.batch:
+        # Another writer appended the same rows at the same time: they are there once.
+        if committed_version(spark, name, names.app_id) < batch:
             raise
 
 
-def catch_up(
-    spark: SparkSession,
-    names: Tables,
-    state_schema: StructType,
-    create_quarantine: Callable[[], None],
-) -> int:
-    """Apply the redo of a batch whose target commit happened but whose state append did
-    not (the writer died in between); return the target's committed batch id."""
-    committed = committed_version(spark, names.target, names.app_id)
-    if committed_version(spark, names.state, names.app_id) >= committed:
-        return committed
-    candidates = [f for f in _redo_folders(names.redo_root(spark)) if _batch_of(f) == committed]
-    if len(candidates) > 1:  # several writers staged this batch: the commit names its token
-        token = _committed_token(spark, names, committed)
-        candidates = [f for f in candidates if f.name.endswith(f"-{token}")]
-    if len(candidates) != 1:
-        if committed_version(spark, names.state, names.app_id) >= committed:
-            return committed  # another writer applied it (and removed it) meanwhile
-        raise RedoMissingError(
-            target=names.target, batch=committed, folder=str(names.redo_root(spark))
-        )
-    apply_redo(spark, names, Redo(candidates[0], committed), state_schema, create_quarantine)
-    return committed
+@dataclass(frozen=True)
+class Stored:
+    """A flow's state as readers see it: the state table, which holds the batches up to
+    ``folded``, and the redo folders of the committed batches above it, up to
+    ``committed`` (the target's), in batch order."""
+
+    names: Tables
+    committed: int
+    folded: int
+    pending: tuple[Redo, ...] = ()
+
+    def read(self, spark: SparkSession, schema: StructType) -> DataFrame:
+        """Every state row of the committed batches: the table's, then the pending ones."""
+        stored = tables.read(spark, self.names.state)
+        if not self.pending:
+            return stored
+        waiting = spark.read.schema(schema).parquet(*[str(r.state) for r in self.pending])
+        return stored.unionByName(waiting)
+
+    def after(self, redo: Redo) -> Stored:
+        """The state once ``redo``'s batch committed: one more pending batch."""
+        return Stored(self.names, redo.batch, self.folded, (*self.pending, redo))
+
+    def fold_due(self) -> bool:
+        """Whether enough is pending to fold: ``FOLD_EVERY`` batches or ``FOLD_BYTES``."""
+        if len(self.pending) >= FOLD_EVERY:
+            return True
+        return sum(_bytes(r.state) for r in self.pending) >= FOLD_BYTES
+
+    def vanished(self) -> bool:
+        """Whether a pending folder was removed meanwhile (folded twice by another writer
+        while this one read it): the batch starts over against the new state."""
+        return any(not r.folder.is_dir() for r in self.pending)
+
+
+def _bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.glob("*.parquet")) if folder.is_dir() else 0
+
+
+def catch_up(spark: SparkSession, names: Tables, create_quarantine: Callable[[], None]) -> Stored:
+    """The committed batches and where their state is: the state table up to its
+    ``txnVersion``, the redo folders of the batches above it (the quarantine rows of
+    each appended if a crash skipped them)."""
+    for _ in range(FOLD_EVERY):
+        committed = committed_version(spark, names.target, names.app_id)
+        folded = committed_version(spark, names.state, names.app_id)
+        if folded >= committed:
+            return Stored(names, committed, folded)
+        pending = _pending(spark, names, folded, committed)
+        if pending is not None:
+            quarantined = None
+            for redo in pending:
+                if redo.quarantine.is_dir():
+                    if quarantined is None:
+                        quarantined = committed_version(spark, names.quarantine, names.app_id)
+                    if quarantined < redo.batch:
+                        apply_quarantine(spark, names, redo, create_quarantine)
+            return Stored(names, committed, folded, pending)
+        if committed_version(spark, names.state, names.app_id) == folded:
+            break  # no fold moved the state on meanwhile: the folder is really gone
+    raise RedoMissingError(target=names.target, batch=committed, folder=str(names.redo_root(spark)))
+
+
+def _pending(
+    spark: SparkSession, names: Tables, folded: int, committed: int
+) -> tuple[Redo, ...] | None:
+    """The redo of each batch in (``folded``, ``committed``], None if one is missing."""
+    by_batch: dict[int, list[Path]] = {}
+    for folder in _redo_folders(names.redo_root(spark)):
+        if folded < _batch_of(folder) <= committed:
+            by_batch.setdefault(_batch_of(folder), []).append(folder)
+    pending = []
+    for batch in range(folded + 1, committed + 1):
+        candidates = by_batch.get(batch, [])
+        if len(candidates) > 1:  # several writers staged this batch: the commit names its token
+            token = _committed_token(spark, names, batch)
+            winners = [f for f in candidates if token and f.name.endswith(f"-{token}")]
+            if len(winners) == 1:
+                for loser in set(candidates) - set(winners):
+                    shutil.rmtree(loser, ignore_errors=True)  # its commit never happened
+            candidates = winners
+        if len(candidates) != 1:
+            return None
+        pending.append(Redo(candidates[0], batch))
+    return tuple(pending)
+
+
+def fold(spark: SparkSession, stored: Stored, schema: StructType) -> Stored:
+    """Append the pending state rows to the state table in one commit (``txnVersion``:
+    the newest batch folded), then remove the folders an earlier fold folded. A conflict
+    leaves them pending (the next batch folds)."""
+    if not stored.pending:
+        return stored
+    names, newest = stored.names, stored.pending[-1].batch
+    rows = spark.read.schema(schema).parquet(*[str(r.state) for r in stored.pending])
+    try:
+        _append(spark, names.state, rows, names, newest)
+    except CONFLICTS:
+        return stored
+    for folder in _redo_folders(names.redo_root(spark)):
+        if _batch_of(folder) <= stored.folded:
+            shutil.rmtree(folder, ignore_errors=True)
+    return Stored(names, stored.committed, newest)
 
 
 def _committed_token(spark: SparkSession, names: Tables, batch: int) -> str:
     prefix = f"autocdc:{batch}:"
-    history = tables.delta_table(spark, names.target).history(50).collect()
+    history = tables.delta_table(spark, names.target).history(_HISTORY).collect()
     for row in history:
         if row.userMetadata and row.userMetadata.startswith(prefix):
             return row.userMetadata[len(prefix) :]

@@ -1,9 +1,9 @@
 """``AutoCdcFlow``: the declared flow plus the one place that chains the steps.
 
 apply(batch): fit → catch up → stage → plan (SCD strategy) → quarantine → commit
-(redo, target, state) → maintain → metrics. Each step is a function of its own module;
-the commit protocol, and why a crash at any point is harmless, is written down in
-:mod:`autocdc.engine.commit`.
+(redo, target, quarantine; the state folded every few batches) → maintain → metrics.
+Each step is a function of its own module; the commit protocol, and why a crash at any
+point is harmless, is written down in :mod:`autocdc.engine.commit`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 import time
 
+from py4j.protocol import Py4JJavaError
 from pydantic import PrivateAttr
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
@@ -46,12 +48,12 @@ class AutoCdcFlow(FlowSpec):
     'customers__autocdc_state'
     """
 
-    # The meta this flow last committed or read, and the state table version it is of.
+    # Where the state is and its meta, as this flow last committed or read them, and the
+    # (target, state) table versions then: while both tables are still at those
+    # versions, nobody committed since.
+    _stored: commit.Stored | None = PrivateAttr(default=None)
     _meta: st.MetaFrame | None = PrivateAttr(default=None)
-    _meta_version: int | None = PrivateAttr(default=None)
-    # (target version, state version, batch id) after this flow's last commit: while
-    # both tables are still at those versions, nobody committed since.
-    _committed: tuple[int, int, int] | None = PrivateAttr(default=None)
+    _at: tuple[int, int] | None = PrivateAttr(default=None)
     _gc_clock: float | None = PrivateAttr(default=None)
 
     @property
@@ -120,8 +122,12 @@ class AutoCdcFlow(FlowSpec):
                 try:
                     return self._apply_once(spark, df, started)
                 except tables.RETRYABLE:
-                    self._meta = self._committed = None  # re-read what the winner committed
+                    self._forget()  # re-read what the winner committed
                     _wait_after_losing(attempt)
+                except (PySparkException, Py4JJavaError):
+                    if self._stored is None or not self._stored.vanished():
+                        raise
+                    self._forget()  # another writer folded the state this batch read
         raise ConcurrentWriteError(table=self.target, attempts=MAX_ATTEMPTS)
 
     def _apply_once(self, spark: SparkSession, df: DataFrame, started: float) -> BatchMetrics:
@@ -129,12 +135,12 @@ class AutoCdcFlow(FlowSpec):
         fitted = fit.fit(spark, self, df, self.state_table)
         self._prepare_tables(spark, fitted)
         layout, names = fitted.layout, self._names
-        committed = self._catch_up(spark, layout)
-        meta = self._meta_at(spark, layout)
+        stored = self._catch_up(spark)
+        meta = self._meta_at(spark, layout, stored)
         steps.lap("prepare")
-        stored = set(layout.key_names + layout.value_names)
+        columns = set(layout.key_names + layout.value_names)
         conformed = df.select(
-            *[col(c) for c in df.columns if c not in stored], *fitted.conform, *fitted.sets
+            *[col(c) for c in df.columns if c not in columns], *fitted.conform, *fitted.sets
         )
         staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
         with commit.warming(spark, [names.state, self.target]):
@@ -146,7 +152,12 @@ class AutoCdcFlow(FlowSpec):
                 steps.lap("stage")
                 if counts.rows_in == 0:  # nothing to read state for
                     return self._metrics(
-                        started, committed, counts, Plan(spark.range(0), None, None), {}, steps
+                        started,
+                        stored.committed,
+                        counts,
+                        Plan(spark.range(0), None, None),
+                        {},
+                        steps,
                     )
                 batch = Batch(
                     spark=spark,
@@ -157,7 +168,8 @@ class AutoCdcFlow(FlowSpec):
                     staged=staged,
                     counts=counts,
                     meta=meta,
-                    batch_id=committed + 1,
+                    stored=stored,
+                    batch_id=stored.committed + 1,
                 )
                 tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)
                 plan = STRATEGIES[self.stored_as_scd_type](batch)
@@ -167,16 +179,20 @@ class AutoCdcFlow(FlowSpec):
             finally:
                 staged.tagged.unpersist()
 
-    def _catch_up(self, spark: SparkSession, layout: st.Layout) -> int:
-        """The committed batch id, with the state complete up to it."""
-        if self._committed is not None and self._versions(spark) == self._committed[:2]:
-            return self._committed[2]
-        return commit.catch_up(
-            spark,
-            self._names,
-            layout.schema(),
-            lambda: quarantine.create(spark, self.quarantine_table),
+    def _catch_up(self, spark: SparkSession) -> commit.Stored:
+        """The committed batches and where their state is: as this flow left them while
+        nobody committed since, else looked up (and the meta read again)."""
+        if self._stored is not None and self._versions(spark) == self._at:
+            return self._stored
+        self._meta = None
+        self._stored = commit.catch_up(
+            spark, self._names, lambda: quarantine.create(spark, self.quarantine_table)
         )
+        self._at = self._versions(spark)
+        return self._stored
+
+    def _forget(self) -> None:
+        self._stored = self._meta = self._at = None
 
     def _versions(self, spark: SparkSession) -> tuple[int, int]:
         return (
@@ -184,13 +200,13 @@ class AutoCdcFlow(FlowSpec):
             commit.table_version(spark, self.state_table),
         )
 
-    def _meta_at(self, spark: SparkSession, layout: st.Layout) -> st.MetaFrame:
-        """The state's meta: the one this flow committed last, unless the state table
-        moved on since (another writer, a compaction); else read (one small job)."""
-        version = commit.table_version(spark, self.state_table)
-        if self._meta is None or self._meta_version != version:
-            self._meta = st.read_meta(spark, self.state_table, layout)
-            self._meta_version = version
+    def _meta_at(
+        self, spark: SparkSession, layout: st.Layout, stored: commit.Stored
+    ) -> st.MetaFrame:
+        """The state's meta: the one this flow committed last, unless another writer (or
+        a compaction) committed since; else read (one small job)."""
+        if self._meta is None:
+            self._meta = st.read_meta(spark, stored.read(spark, layout.schema()), layout)
         return self._meta
 
     def _commit(self, batch: Batch, plan: Plan, started: float, steps: Steps) -> BatchMetrics:
@@ -224,19 +240,17 @@ class AutoCdcFlow(FlowSpec):
         merged = commit.commit_target(spark, names, redo, plan.merge, plan.load)
         steps.lap("merge")
         crash_point("after_target_commit")
-        commit.apply_redo(
-            spark,
-            names,
-            redo,
-            batch.layout.schema(),
-            lambda: quarantine.create(spark, names.quarantine),
+        commit.apply_quarantine(
+            spark, names, redo, lambda: quarantine.create(spark, names.quarantine)
         )
+        crash_point("after_quarantine")
+        stored = batch.stored.after(redo)
+        if stored.fold_due():
+            stored = commit.fold(spark, stored, batch.layout.schema())
         crash_point("after_state_commit")
         steps.lap("state")
         self._meta = st.MetaFrame(grown, horizons, batch.meta.empty and plan.horizons is None)
-        versions = self._versions(spark)
-        self._meta_version = versions[1]
-        self._committed = (*versions, batch.batch_id)
+        self._stored, self._at = stored, self._versions(spark)
         collected = self._maintain(spark, batch.layout, grown)
         steps.lap("maintain")
         quarantined = 0 if q_rows is None else batch.counts.rejected + plan.stats.get("late", 0)
@@ -359,12 +373,12 @@ class AutoCdcFlow(FlowSpec):
 
     def _collect(self, spark: SparkSession, layout: st.Layout) -> int:
         self._gc_clock = time.monotonic()
-        self._catch_up(spark, layout)
+        commit.fold(spark, self._catch_up(spark), layout.schema())  # compact it all
         # With sequence groups nothing is collected (compacted only): a group's tombstone
         # is all that keeps its older upserts out, and there is no horizon per group.
         retention = MAX_RETENTION_DAYS if layout.grouped else self.tombstone_retention_days
         collected = gc.compact(spark, self.state_table, layout, retention)
-        self._meta = self._committed = None
+        self._forget()
         return collected
 
     def full_refresh(self, spark: SparkSession) -> None:
@@ -376,7 +390,7 @@ class AutoCdcFlow(FlowSpec):
         for table in (self.target, self.state_table, self.quarantine_table):
             tables.drop(spark, table)
         commit.drop_redo(spark, self._names)
-        self._meta = self._meta_version = self._committed = None
+        self._forget()
         self._gc_clock = None
 
 

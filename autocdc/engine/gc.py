@@ -39,14 +39,13 @@ def compaction_due(meta: st.Meta) -> bool:
 def compact(spark: SparkSession, state_table: str, layout: st.Layout, retention_days: float) -> int:
     """Rewrite the state as current rows, minus dead rows untouched for
     ``retention_days``; returns how many tombstones were collected."""
-    meta = st.read_meta(spark, state_table, layout)
+    stored = tables.read(spark, state_table)
+    meta = st.read_meta(spark, stored, layout)
     cutoff = datetime.now(timezone.utc) - timedelta(days=retention_days)
     victim = ~col(st.LIVE) & (col(st.UPDATED_AT) <= F.lit(cutoff))
     batch = meta.meta.batch
     rows = (
-        st.current(
-            st.state_rows(spark, state_table).where(col(st.BATCH) <= batch), layout.key_names
-        )
+        st.current(st.state_rows(stored).where(col(st.BATCH) <= batch), layout.key_names)
         .withColumn(COLLECTED, victim)
         .localCheckpoint()
     )

@@ -563,7 +563,7 @@ def plan(batch: Batch) -> Plan:
         none = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
         bounds = horizons(batch.meta.horizons, none)
     whole_state = bool(batch.counts.truncates)
-    old_state = st.state_rows(spark, batch.names.state)
+    old_state = st.state_rows(batch.state())
     if not whole_state:  # key-pruned: only the state of keys in this batch
         batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
         counts = batch.counts

@@ -444,7 +444,7 @@ def plan(batch: Batch) -> Plan:
         flags = [F.lit(True).alias(c) for c in (FRESH, NEW, TOUCHED)] + [F.lit(False).alias(REPEAT)]
         rows = events.select("*", *flags)
     else:
-        logged = tables.read(spark, batch.names.state).where(col(st.KIND) == EVENT_ROW)
+        logged = batch.state().where(col(st.KIND) == EVENT_ROW)
         counts = batch.counts
         logged = kb.of_keys(logged, counts.key_range, keys, events.select(*key_cols), counts.keyed)
         fields = {f.name: f.dataType for f in layout.schema().fields}

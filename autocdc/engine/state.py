@@ -366,9 +366,9 @@ def stored_partial(definition: dict[str, str]) -> bool:
     return definition.get(PROP_PARTIAL, definition.get(PROP_IGNORE_NULL_UPDATES)) == "true"
 
 
-def state_rows(spark: SparkSession, table: str) -> DataFrame:
-    """Every stored state row, superseded versions included."""
-    return tables.read(spark, table).where(col(KIND) == STATE_ROW)
+def state_rows(stored: DataFrame) -> DataFrame:
+    """Every state row of ``stored`` (a state table's rows), superseded ones included."""
+    return stored.where(col(KIND) == STATE_ROW)
 
 
 def current(rows: DataFrame, keys: list[str]) -> DataFrame:
@@ -388,11 +388,11 @@ def default_meta(spark: SparkSession, layout: Layout) -> MetaFrame:
     return MetaFrame(Meta(0, 0, 0, 0), _no_horizons(spark, layout), empty=True)
 
 
-def read_meta(spark: SparkSession, table: str, layout: Layout) -> MetaFrame:
-    """The meta of the state table: the newest meta row's counters, and the greatest
-    horizons of all (they only grow; a compaction racing a batch may leave the newer
-    horizon in an older row)."""
-    stored = tables.read(spark, table).where(col(KIND) == META_ROW)
+def read_meta(spark: SparkSession, rows: DataFrame, layout: Layout) -> MetaFrame:
+    """The meta of the state (``rows``: a state table's): the newest meta row's counters,
+    and the greatest horizons of all (they only grow; a compaction racing a batch may
+    leave the newer horizon in an older row)."""
+    stored = rows.where(col(KIND) == META_ROW)
     newest = F.struct(col(BATCH), col(UPDATED_AT))
     counters = F.max_by(F.struct(BATCH, TOMBSTONES, ROWS, KEYS), newest)
     frame = stored.agg(

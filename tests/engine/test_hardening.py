@@ -21,7 +21,7 @@ from users import (
 )
 
 import autocdc
-from autocdc.engine import tables
+from autocdc.engine import commit, tables
 from autocdc.engine.errors import QUARANTINE_NULL_SEQUENCE
 
 
@@ -305,8 +305,9 @@ def new_york():
     time.tzset()
 
 
-def test_timestamp_horizons_survive_a_dst_driver(spark, new_table, new_york):
+def test_timestamp_horizons_survive_a_dst_driver(spark, new_table, new_york, monkeypatch):
     """01:30 happens twice in New York on 2026-11-01 (05:30 and 06:30 UTC)."""
+    monkeypatch.setattr(commit, "FOLD_EVERY", 1)  # the state table holds every batch
     target = new_table("dst")
     flow = autocdc.AutoCdcFlow(
         target=target,

@@ -21,7 +21,9 @@ column untracked):
 * a single sequence column, or a struct sequence of two columns compared left to right;
   some changes carry a NULL sequence (for a struct, a NULL in one or both fields) or a
   NULL key: they are quarantined once each (by content), never applied;
-* ``collect_tombstones`` (compaction, nothing old enough to collect) between batches.
+* ``collect_tombstones`` (compaction, nothing old enough to collect) between batches;
+* the pending state folded into the state table after every batch, every other one, or
+  at the default interval (``commit.FOLD_EVERY``).
 
 The expected target is the reference fold of the changes whose key and sequence are not
 NULL (their values in the tie order); the quarantine holds one row per distinct rejected
@@ -53,8 +55,10 @@ from pyspark.sql.types import (
 from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1, fold_scd1_groups, fold_scd2
 
 import autocdc
+from autocdc.engine import commit
 
 START_AT, END_AT = "__START_AT", "__END_AT"
+DEFAULT_FOLD = commit.FOLD_EVERY  # read before any example patches it
 NULL_KEY, NULL_SEQUENCE = "AUTOCDC_NULL_KEY", "AUTOCDC_NULL_SEQUENCE"
 
 # Column names the test controls (never drawn for keys or values).
@@ -118,6 +122,7 @@ class Scenario:
     columns: list[list[str]]  # each batch's column order
     compact_after: list[int]  # collect_tombstones after these batches
     restart_before: list[int]  # a fresh flow object before these batches
+    fold_every: int  # commit.FOLD_EVERY: pending batches folded at once
 
     @property
     def stored(self) -> list[str]:
@@ -263,6 +268,7 @@ def scenarios(draw, mode: Mode) -> Scenario:
         columns=columns,
         compact_after=compact_after,
         restart_before=[b + 1 for b in restart_before],
+        fold_every=draw(st.sampled_from([1, 2, DEFAULT_FOLD])),
     )
 
 
@@ -302,8 +308,9 @@ def _sized_every_other(df: DataFrame, i: int, folder: Path) -> DataFrame:
 @pytest.mark.parametrize("mode", MODES, ids=str)
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_engine_matches_reference_fold(spark, tmp_path, mode, data):
+def test_engine_matches_reference_fold(spark, tmp_path, monkeypatch, mode, data):
     case = data.draw(scenarios(mode), label="case")
+    monkeypatch.setattr(commit, "FOLD_EVERY", case.fold_every)
     target = f"prop_{mode.name}_{next(_targets)}"
     flow = _flow(mode, case, target)
     for i, (batch, order) in enumerate(zip(case.batches, case.columns, strict=True)):

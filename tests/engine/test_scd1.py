@@ -20,6 +20,7 @@ from users import (
 
 import autocdc
 from autocdc.engine import batch as engine_batch
+from autocdc.engine import commit
 from autocdc.engine import state as st
 from autocdc.engine.errors import (
     QUARANTINE_LATE_BEYOND_HORIZON,
@@ -325,6 +326,7 @@ def test_late_beyond_horizon_apply_setting(spark, new_table):
 
 def test_state_is_compacted_when_superseded_rows_outnumber_keys(spark, new_table, monkeypatch):
     monkeypatch.setattr(autocdc.engine.gc, "MIN_SUPERSEDED", 1)
+    monkeypatch.setattr(commit, "FOLD_EVERY", 1)  # the state table holds every batch
     target = new_table("compact")
     flow = users_flow(target)
     flow.apply(spark.createDataFrame([(1, "A", "X", "INSERT", 1)], SCHEMA))

@@ -20,7 +20,7 @@ from users import (
 )
 
 import autocdc
-from autocdc.engine import bound, fit, state
+from autocdc.engine import bound, commit, fit, state
 
 
 def test_worked_example_out_of_order_with_replay(spark, new_table):
@@ -192,6 +192,7 @@ def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(
     source is broadcast)."""
     if not listed:
         monkeypatch.setattr(bound, "MAX_IN_LIST", 0)
+    monkeypatch.setattr(commit, "FOLD_EVERY", 1)  # the state table holds every batch
     target = new_table("hist_mixed")
     flow = history_flow(target, track_history_except_column_list=untracked)
     first = [(k, f"n{k}", "c", "INSERT", 10) for k in range(1, 9)]
@@ -247,6 +248,7 @@ def test_a_log_of_values_written_before_hashes_keeps_working(spark, new_table, m
     late_first = sorted(EXAMPLE, key=lambda r: -r[4])
     flow.apply(spark.createDataFrame(late_first[:4], SCHEMA))
     monkeypatch.undo()
+    monkeypatch.setattr(commit, "FOLD_EVERY", 1)  # the state table holds every batch
     flow.apply(spark.createDataFrame(late_first[4:], SCHEMA))
     flow.apply(spark.createDataFrame(EXAMPLE, SCHEMA))
     expected = fold_scd2(as_changes(EXAMPLE), tracked=[0, 1])
