@@ -1,15 +1,18 @@
-"""What one batch cost: wall seconds, Spark jobs, files and bytes written, peak JVM heap,
-and for autocdc the seconds of each step of the batch (its metrics' ``steps``).
+"""What one batch cost: wall seconds, Spark jobs, Delta commits, files and bytes written,
+peak JVM heap, and for autocdc the seconds of each step of the batch (its metrics' ``steps``).
 
 Files are counted on disk (data, deletion vectors, Delta log), so every system is
 measured the same way whatever it writes. Heap: the driver JVM's heap pools are reset
 before the batch and their peaks summed after it; with a lazy collector that is an upper
 bound of what the batch needed, comparable between batches of one run. Jobs: the ids the
 status tracker knows after the batch and not before (fixed overhead shows up as jobs).
+Commits: the Delta log entries (``_delta_log/<version>.json``) the batch added, over all
+of the system's tables.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -17,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+_COMMIT = re.compile(r"\d{20}\.json")
 
 
 def _files(dirs: Iterable[Path]) -> dict[Path, int]:
@@ -52,6 +57,7 @@ def _job_ids(spark: SparkSession) -> set[int]:
 class BatchCost:
     seconds: float
     jobs: int
+    commits: int
     files: int
     bytes: int
     heap_peak_mb: float
@@ -68,9 +74,11 @@ def measure(spark: SparkSession, dirs: list[Path], step: Callable[[], object]) -
     seconds = time.perf_counter() - started
     jobs = len(_job_ids(spark) - jobs_before)
     added = {p: s for p, s in _files(dirs).items() if p not in before}
+    commits = sum(1 for p in added if p.parent.name == "_delta_log" and _COMMIT.fullmatch(p.name))
     return BatchCost(
         round(seconds, 3),
         jobs,
+        commits,
         len(added),
         sum(added.values()),
         round(heap.peak_mb(), 1),
@@ -85,6 +93,7 @@ def summarize(costs: list[BatchCost], rows: int) -> dict[str, float]:
         "median_s": round(seconds, 3),
         "rows_per_s": round(rows / seconds),
         "jobs_per_batch": statistics.median(c.jobs for c in costs),
+        "commits_per_batch": statistics.mean(c.commits for c in costs),
         "files_per_batch": statistics.median(c.files for c in costs),
         "bytes_per_batch": statistics.median(c.bytes for c in costs),
         "heap_peak_mb": max(c.heap_peak_mb for c in costs),

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 import autocdc
 
 KEY, SEQ, OP = "id", "seq", "op"
+START_AT, END_AT = "__START_AT", "__END_AT"
 
 
 def _delta_bytes(spark: SparkSession, table: str) -> int:
@@ -67,6 +68,56 @@ class Floor:
 
     def snapshot_bytes(self, spark: SparkSession) -> dict[str, int]:
         return {"target": _delta_bytes(spark, f"delta.`{self.path}`")}
+
+
+@dataclass
+class HandScd2(Floor):
+    """SCD type 2 as Delta's documentation writes it by hand: the latest change per key,
+    staged twice so that one MERGE closes the current version (``__END_AT``) and inserts
+    the new one. Like the floor it trusts arrival order (wrong under late data); it is the
+    MERGE a user would write for history, the yardstick of autocdc's SCD2."""
+
+    name: str = "merge_scd2"
+
+    def load(self, snapshot: DataFrame) -> None:
+        versions = snapshot.select(
+            *[c for c in snapshot.columns if c not in (SEQ, OP)],
+            F.col(SEQ).alias(START_AT),
+            F.lit(None).cast("long").alias(END_AT),
+        )
+        versions.write.format("delta").mode("overwrite").save(str(self.path))
+
+    def apply(self, batch: DataFrame) -> None:
+        latest = (
+            batch.withColumn(
+                "_rn", F.row_number().over(Window.partitionBy(KEY).orderBy(F.desc(SEQ)))
+            )
+            .where("_rn = 1")
+            .drop("_rn")
+        )
+        values = [c for c in latest.columns if c not in (KEY, SEQ, OP)]
+        differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values)
+        target = DeltaTable.forPath(batch.sparkSession, str(self.path))
+        current = target.toDF().where(F.col(END_AT).isNull()).alias("t")
+        # The new version of a key whose current one it replaces: inserted (no merge key).
+        opening = (
+            latest.alias("s")
+            .join(current, KEY)
+            .where(f"s.{OP} != 'D' AND ({differs})")
+            .select(F.lit(None).cast("long").alias("_mergekey"), "s.*")
+        )
+        staged = opening.unionByName(latest.select(F.col(KEY).alias("_mergekey"), "*"))
+        inserted = {c: f"s.`{c}`" for c in [KEY, *values]}
+        (
+            target.alias("t")
+            .merge(staged.alias("s"), f"t.{KEY} = s._mergekey AND t.{END_AT} IS NULL")
+            .whenMatchedUpdate(condition=f"s.{OP} = 'D' OR {differs}", set={END_AT: f"s.{SEQ}"})
+            .whenNotMatchedInsert(
+                condition=f"s.{OP} != 'D'",
+                values={**inserted, START_AT: f"s.{SEQ}", END_AT: "NULL"},
+            )
+            .execute()
+        )
 
 
 @dataclass
