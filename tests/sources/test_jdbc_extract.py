@@ -218,7 +218,7 @@ def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_s
     step = extracting.step(tmp_path, src, say=said.append)
     done = step.run(spark, ExtractionOptions(retries=1), collect)
     assert (done.result, done.checkpoint) == ([(1, "x", None)], {"at": "x"})
-    assert "the read failed (OSError: connection reset); reading it again (2 of 2)" in said[0]
+    assert "the read failed (OSError: connection reset); trying again (2 of 2)" in said[0]
     assert [p.name for p in calls] == ["jdbc-attempt-1", "jdbc-attempt-2"]
 
     stored = (step.checkpoints / FILE).read_bytes()
