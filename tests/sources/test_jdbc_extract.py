@@ -16,7 +16,10 @@ import pytest
 from extracting import collect
 from projects import run, write_project
 
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.execute.checkpoint import FILE, CheckpointFile
+from autocdc.pipelines.operations import overview
 from autocdc.sources import jdbcextract
 from autocdc.sources.errors import (
     BadBatchError,
@@ -316,7 +319,8 @@ PIPELINE = """
 from autocdc import pipelines as dp
 
 dp.create_extraction_source(name="items_src", url="{url}", table="items",
-                            cdc_order=["updated_at"], password_env="SHOP_PASSWORD")
+                            cdc_order=["updated_at"], password_env="SHOP_PASSWORD",
+                            properties=dict(busy_timeout="100"))
 dp.create_streaming_table("latest")
 dp.create_auto_cdc_flow(target="latest", source="items_src", keys=["id"],
                         sequence_by="updated_at")
@@ -334,7 +338,9 @@ def test_a_pipeline_mirrors_the_table_a_row_rewritten_in_one_tick_included(
     """issue 35's reproduction through JDBC: a row rewritten at the same ``updated_at``
     (two writes in one tick) ends as the table holds it, not as the greater row, in SCD
     type 1 and 2, and without ``sequence_by``; the password never reaches the pipeline's
-    storage (event log, checkpoints, status)."""
+    storage (event log, checkpoints, status). The second run's lag lookups time out on
+    every attempt (issue 64): the run goes on, and status and the event log say the lag
+    is unknown."""
     monkeypatch.setenv("SHOP_PASSWORD", "s3cret-never-logged")
     db = tmp_path / "shop.db"
     url = _db(
@@ -350,7 +356,19 @@ def test_a_pipeline_mirrors_the_table_a_row_rewritten_in_one_tick_included(
     _db(
         db, "UPDATE items SET price = price * -1, updated_at = '2026-01-01 08:00:00' WHERE id = 111"
     )
+    timeouts = extracting.Timeouts(monkeypatch, jdbcextract, lambda: locked(db))
+    timeouts.inject(newest=6)  # three flows, two attempts each
     run(spark, spec)
+    assert timeouts.seen == ["newest"] * 6
+    loaded = project.load(spec)
+    flows = overview.status(loaded)["flows"]
+    assert all(f["extraction"]["lag_unknown"] for f in flows)
+    assert {overview.describe_extraction(f["extraction"]).split("; ")[1] for f in flows} == {
+        "lag unknown"
+    }
+    batches = eventlog.read(spark, loaded).where("event_type = 'batch'").orderBy("event_time")
+    positions = [json.loads(r.source_position)[0] for r in batches.collect()]
+    assert [p["lag_unknown"] is None for p in positions] == [True] * 3 + [False] * 3
     for target in ("latest", "history", "by_read"):
         rows = spark.table(f"{database}.{target}")
         if target == "history":
