@@ -93,7 +93,21 @@ class BatchFailedError(SourceError):
         "Batch {batch} of {batches} of extraction source `{source}` (WHERE {where}) failed "
         "{attempts} times; the last error: {error}. Nothing was applied and the checkpoint "
         "is kept, so the next run reads these rows again: fix the cause, then run again "
-        "(option `retries`, 1 to 5, retries a failed batch)."
+        "(option `retries`, 1 to 5, retries a failed query)."
+    )
+
+
+class PlanFailedError(BatchFailedError):
+    """A query the run's batches depend on (a ``limit``'s edge) failed for good: the run
+    cannot know what to read, so it reads nothing. Of the same class as a failed batch:
+    the run failed for the database's sake, and the checkpoint stands."""
+
+    template = (
+        "The {query} of extraction source `{source}` (WHERE {where}) failed {attempts} "
+        "times, before any batch was read; the last error: {error}. Nothing was applied and "
+        "the checkpoint is kept, so the next run reads these rows: fix the cause (a timeout: "
+        "an index on the column, or a longer statement timeout for the reading role), then "
+        "run again (option `retries`, 1 to 5, retries a failed query)."
     )
 
 

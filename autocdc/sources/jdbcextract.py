@@ -378,8 +378,14 @@ def _by_value(cursor: Cursor) -> bytes:
 
 def gist(error: BaseException) -> str:
     """The line of a failed read that says what went wrong (Spark wraps the database's or
-    the Python worker's words in its own)."""
-    lines = [re.sub(r"^(Caused by: |: )", "", line.strip()) for line in str(error).splitlines()]
+    the Python worker's words in its own, and PySpark keeps the JVM's causes apart)."""
+    texts, cause = [str(error)], getattr(error, "_cause", None)
+    while cause is not None and len(texts) < 10:
+        texts.append(str(cause))
+        cause = getattr(cause, "_cause", None)
+    lines = [
+        re.sub(r"^(Caused by: |: )", "", line.strip()) for t in texts for line in t.splitlines()
+    ]
     causes = [line for line in lines if re.match(r"^[\w.$]+(Exception|Error): ", line)]
     found = causes[-1] if causes else next((line for line in lines if line), "")
     return f"{type(error).__name__}: {found[:500]}"

@@ -10,8 +10,10 @@ pipeline end to end, killed, is tests/sources/test_extract_kill.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 
@@ -40,6 +42,7 @@ from autocdc.sources.errors import (
     CursorHookMissingError,
     ExtractionChangedError,
     NoCdcOrderError,
+    PlanFailedError,
     SourceLockedError,
     SourceOptionError,
 )
@@ -538,6 +541,84 @@ def test_a_failed_batch_is_retried_and_when_every_retry_fails_the_checkpoint_sta
     quiet = step.run(spark, options, collect)
     assert (quiet.rows, quiet.advanced) == (2, False)  # 6 (a tie) and 4 (remaining)
     assert (step.checkpoints / FILE).read_text() == stored
+
+
+@contextlib.contextmanager
+def locked(pg: Server, table: str) -> Iterator[None]:
+    """``table`` locked by another session, as a busy database's writer holds it."""
+    with psycopg.connect(pg.dsn) as conn:
+        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        yield
+        conn.rollback()
+
+
+def test_timed_out_queries_are_retried_and_a_lag_lookup_that_keeps_failing_only_loses_the_lag(
+    spark, pg, tmp_path, monkeypatch
+):
+    """issue 64, through libpq: the source's role has a ``statement_timeout`` and each
+    kind of query (the newest values, a limit's edge, a batch) is canceled by it once: each
+    is sent again and the run reads as if none had been. A lag lookup canceled on every
+    attempt leaves the run's lag unknown (status's record, the event log's position) and
+    the run goes on; an edge canceled on every attempt fails the run with
+    AUTOCDC_EXTRACT_BATCH_FAILED in the database's words, and the checkpoint stays. What
+    the runs read, upserted by key, equals the table once they caught up."""
+    pg.execute(
+        "CREATE TABLE busy (id int PRIMARY KEY, at int, deleted boolean DEFAULT false);"
+        "INSERT INTO busy (id, at) SELECT g, 10 * ((g + 1) / 2) FROM generate_series(1, 6) g"
+    )
+    dsn = f"{pg.dsn} options='-c statement_timeout=100'"
+    said: list[str] = []
+    busy = source(dsn=dsn, table="busy", cdc_order=["at"], limit=3)
+    step = extracting.step(tmp_path, busy, say=said.append)
+    timeouts = extracting.Timeouts(monkeypatch, pgextract, lambda: locked(pg, "busy"))
+    mirror: dict[int, tuple] = {}
+
+    def run() -> Extracted:
+        done = step.run(spark, ExtractionOptions(retries=1), collect)
+        mirror.update({r[0]: r[:3] for r in done.result})
+        return done
+
+    def table() -> dict[int, tuple]:
+        return {r[0]: r for r in pg.query("SELECT id, at, deleted FROM busy")}
+
+    timeouts.inject(newest=1, edge=1, read_batch=1)
+    first = run()
+    assert timeouts.seen == ["newest", "edge", "read_batch"]
+    retried = [s for s in said if "statement timeout); trying again (2 of 2)" in s]
+    assert len(retried) == 3 and "QueryCanceled: canceling statement" in retried[0]
+    assert (sorted(mirror), first.checkpoint, first.lag_unknown) == ([1, 2, 3, 4], {"at": 20}, None)
+    assert CheckpointFile(step.checkpoints).last_run()["behind"] == {"at": 10.0}
+
+    timeouts.inject(newest=2)  # every attempt: the lag is unknown, the run goes on
+    second = run()
+    assert second.checkpoint == {"at": 30} and mirror == table()
+    assert "canceling statement due to statement timeout" in second.lag_unknown
+    noted = CheckpointFile(step.checkpoints).last_run()
+    assert (noted["newest"], noted["behind"], noted["lag_unknown"]) == (
+        None,
+        None,
+        second.lag_unknown,
+    )
+    assert second.position("src")["lag_unknown"] == second.lag_unknown
+    lag = {**noted, "seconds_since": 1.0}
+    assert overview.describe_extraction(lag) == "last run 1 s ago; lag unknown"
+    assert said[-1].endswith(f"; lag unknown (the newest values could not be looked up: "
+                             f"{second.lag_unknown})")  # fmt: skip
+
+    pg.execute("UPDATE busy SET at = 40, deleted = true WHERE id = 2")  # a soft delete
+    stored = (step.checkpoints / FILE).read_bytes()
+    timeouts.inject(edge=2)  # every attempt: the run cannot know its batches
+    with pytest.raises(PlanFailedError) as failed:
+        run()
+    assert isinstance(failed.value, BatchFailedError)
+    assert failed.value.error_class == "AUTOCDC_EXTRACT_BATCH_FAILED"
+    assert failed.value.params["attempts"] == 2 and failed.value.params["where"] == '"at" > %s'
+    assert "canceling statement due to statement timeout" in failed.value.params["error"]
+    assert (step.checkpoints / FILE).read_bytes() == stored
+
+    last = run()  # nothing injected: the ties at 30 again, and the deleted row
+    assert (last.checkpoint, mirror[2]) == ({"at": 40}, (2, 40, True)) and mirror == table()
+    assert CheckpointFile(step.checkpoints).last_run()["behind"] == {"at": 0.0}
 
 
 def test_a_second_run_of_a_source_is_refused_and_a_dead_runs_lease_is_taken_over(

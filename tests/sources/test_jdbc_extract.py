@@ -4,8 +4,10 @@ files the tests write with Python's sqlite3: no server, the same read path as an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,9 +16,17 @@ import pytest
 from extracting import collect
 from projects import run, write_project
 
-from autocdc.pipelines.execute.checkpoint import FILE
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.execute import eventlog
+from autocdc.pipelines.execute.checkpoint import FILE, CheckpointFile
+from autocdc.pipelines.operations import overview
 from autocdc.sources import jdbcextract
-from autocdc.sources.errors import BadBatchError, BatchFailedError, SourceOptionError
+from autocdc.sources.errors import (
+    BadBatchError,
+    BatchFailedError,
+    PlanFailedError,
+    SourceOptionError,
+)
 from autocdc.sources.extract import Batch, Extraction, ExtractionOptions
 
 
@@ -218,7 +228,7 @@ def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_s
     step = extracting.step(tmp_path, src, say=said.append)
     done = step.run(spark, ExtractionOptions(retries=1), collect)
     assert (done.result, done.checkpoint) == ([(1, "x", None)], {"at": "x"})
-    assert "the read failed (OSError: connection reset); reading it again (2 of 2)" in said[0]
+    assert "the read failed (OSError: connection reset); trying again (2 of 2)" in said[0]
     assert [p.name for p in calls] == ["jdbc-attempt-1", "jdbc-attempt-2"]
 
     stored = (step.checkpoints / FILE).read_bytes()
@@ -238,11 +248,79 @@ def test_a_failed_read_is_read_again_and_when_every_retry_fails_the_checkpoint_s
     assert "no_such" in failed.value.params["error"]  # the database's words
 
 
+@contextlib.contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """The SQLite file locked by another connection, as a busy database's writer holds it:
+    a reader waits for the source's ``busy_timeout``, then fails with SQLITE_BUSY."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("BEGIN EXCLUSIVE")
+        yield
+    finally:
+        conn.close()
+
+
+def test_timed_out_queries_are_retried_and_a_lag_lookup_that_keeps_failing_only_loses_the_lag(
+    spark, tmp_path, monkeypatch
+):
+    """issue 64, through JDBC: each kind of query (the newest values, a limit's edge, a
+    batch's ``partition_column`` range, the read) meets a locked database once and times
+    out: each is sent again and the run reads as if nothing had happened. A lag lookup
+    that times out on every attempt leaves the lag unknown and the run goes on; an edge
+    that does fails the run with AUTOCDC_EXTRACT_BATCH_FAILED, the checkpoint kept."""
+    db = tmp_path / "busy.db"
+    url = _db(
+        db,
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, at INTEGER)",
+        "INSERT INTO t VALUES (?, ?)",
+        rows=tuple((i, 10 * ((i + 1) // 2)) for i in range(1, 7)),
+    )
+    busy = Extraction(name="b", url=url, table="t", cdc_order=["at"], limit=3,
+                      partition_column="id", num_partitions=2,
+                      properties={"busy_timeout": "100"})  # fmt: skip
+    said: list[str] = []
+    step = extracting.step(tmp_path, busy, say=said.append)
+    timeouts = extracting.Timeouts(monkeypatch, jdbcextract, lambda: locked(db))
+    mirror: dict[int, tuple] = {}
+
+    def run():
+        done = step.run(spark, ExtractionOptions(retries=1), collect)
+        mirror.update({r[0]: r[:2] for r in done.result})
+        return done
+
+    def table() -> dict[int, tuple]:
+        with sqlite3.connect(db) as conn:
+            return {r[0]: r for r in conn.execute("SELECT id, at FROM t")}
+
+    timeouts.inject(newest=1, edge=1, _ranges=1)
+    first = run()
+    assert timeouts.seen == ["newest", "edge", "_ranges"]
+    retried = [s for s in said if "SQLITE_BUSY" in s and "trying again (2 of 2)" in s]
+    assert len(retried) == 3
+    assert (sorted(mirror), first.checkpoint, first.lag_unknown) == ([1, 2, 3, 4], {"at": 20}, None)
+
+    timeouts.inject(newest=2, read=1)
+    second = run()
+    assert timeouts.seen[3:] == ["newest", "newest", "read"]
+    assert second.checkpoint == {"at": 30} and mirror == table()
+    assert "SQLITE_BUSY" in second.lag_unknown
+    assert CheckpointFile(step.checkpoints).last_run()["lag_unknown"] == second.lag_unknown
+
+    stored = (step.checkpoints / FILE).read_bytes()
+    timeouts.inject(edge=2)
+    with pytest.raises(PlanFailedError) as failed:
+        run()
+    assert failed.value.error_class == "AUTOCDC_EXTRACT_BATCH_FAILED"
+    assert failed.value.params["attempts"] == 2 and "SQLITE_BUSY" in failed.value.params["error"]
+    assert (step.checkpoints / FILE).read_bytes() == stored
+
+
 PIPELINE = """
 from autocdc import pipelines as dp
 
 dp.create_extraction_source(name="items_src", url="{url}", table="items",
-                            cdc_order=["updated_at"], password_env="SHOP_PASSWORD")
+                            cdc_order=["updated_at"], password_env="SHOP_PASSWORD",
+                            properties=dict(busy_timeout="100"))
 dp.create_streaming_table("latest")
 dp.create_auto_cdc_flow(target="latest", source="items_src", keys=["id"],
                         sequence_by="updated_at")
@@ -260,7 +338,9 @@ def test_a_pipeline_mirrors_the_table_a_row_rewritten_in_one_tick_included(
     """issue 35's reproduction through JDBC: a row rewritten at the same ``updated_at``
     (two writes in one tick) ends as the table holds it, not as the greater row, in SCD
     type 1 and 2, and without ``sequence_by``; the password never reaches the pipeline's
-    storage (event log, checkpoints, status)."""
+    storage (event log, checkpoints, status). The second run's lag lookups time out on
+    every attempt (issue 64): the run goes on, and status and the event log say the lag
+    is unknown."""
     monkeypatch.setenv("SHOP_PASSWORD", "s3cret-never-logged")
     db = tmp_path / "shop.db"
     url = _db(
@@ -276,7 +356,19 @@ def test_a_pipeline_mirrors_the_table_a_row_rewritten_in_one_tick_included(
     _db(
         db, "UPDATE items SET price = price * -1, updated_at = '2026-01-01 08:00:00' WHERE id = 111"
     )
+    timeouts = extracting.Timeouts(monkeypatch, jdbcextract, lambda: locked(db))
+    timeouts.inject(newest=6)  # three flows, two attempts each
     run(spark, spec)
+    assert timeouts.seen == ["newest"] * 6
+    loaded = project.load(spec)
+    flows = overview.status(loaded)["flows"]
+    assert all(f["extraction"]["lag_unknown"] for f in flows)
+    assert {overview.describe_extraction(f["extraction"]).split("; ")[1] for f in flows} == {
+        "lag unknown"
+    }
+    batches = eventlog.read(spark, loaded).where("event_type = 'batch'").orderBy("event_time")
+    positions = [json.loads(r.source_position)[0] for r in batches.collect()]
+    assert [p["lag_unknown"] is None for p in positions] == [True] * 3 + [False] * 3
     for target in ("latest", "history", "by_read"):
         rows = spark.table(f"{database}.{target}")
         if target == "history":

@@ -8,14 +8,17 @@ flow that takes a batch DataFrame):
 1. take the source's lease (``<storage>/extractions/<source>.lock``, a
    :mod:`autocdc.pipelines.execute.lock` lease): one run per source at a time, a second one is
    refused, and the lease of a run that died is taken over by the next;
-2. read the flow's checkpoint (:mod:`autocdc.pipelines.execute.checkpoint`) and plan the run's
-   batches from it (:func:`extract.plan`), bounded by a ``limit``'s edge (looked up
-   first, :func:`pgextract.edge`); take the read's sequence, above every read of
-   the flow before (:meth:`CheckpointFile.next_read`);
+2. read the flow's checkpoint (:mod:`autocdc.pipelines.execute.checkpoint`), look up the
+   newest values in scope (the lag's measure: when that lookup fails for good, the lag is
+   unknown and the run goes on) and plan the run's batches from the checkpoint
+   (:func:`extract.plan`), bounded by a ``limit``'s edge (looked up first,
+   :func:`pgextract.edge`: the batches depend on it, so its failure fails the run); take
+   the read's sequence, above every read of the flow before
+   (:meth:`CheckpointFile.next_read`);
 3. read the batches, up to ``max_concurrency`` at once, each attempt into a fresh sink
-   (memory, or staged files); a failed batch is read again up to ``retries`` times, after
-   which the run fails (a ``url`` source: :class:`Jdbc`, one Spark read of every batch,
-   staged, read again whole after a failure);
+   (memory, or staged files); a batch that fails for good fails the run (a ``url``
+   source: :class:`Jdbc`, one Spark read of every batch, staged, read again whole after a
+   failure);
 4. merge the batches' accumulators into the next checkpoint, in plan order, and check
    that it can be stored, before anything is written;
 5. apply every row read, as one batch, with the read's sequence (a later read of a row
@@ -25,6 +28,11 @@ flow that takes a batch DataFrame):
    the run's end and how far the checkpoint is behind the newest values the source held
    when the run began (``autocdc status``'s lag);
 7. sweep the staged files and release the lease, also when the run failed.
+
+Every query of steps 2 and 3, through libpq or JDBC, follows one rule (:class:`Retry`): a
+failure (a statement timeout on a busy database, a lost connection) is sent again after a
+growing pause, up to ``retries`` times; after that, the lag stays unknown or the run
+fails with :class:`BatchFailedError` and the database's words.
 
 Why a kill or a failure anywhere is harmless: the checkpoint moves only after the target
 committed the rows read past it. Until then the previous checkpoint stands, and the next
@@ -56,7 +64,7 @@ from autocdc.engine.tables import ident
 from autocdc.pipelines.execute import lock
 from autocdc.pipelines.execute.checkpoint import CheckpointFile
 from autocdc.sources import extract, jdbcextract, pgextract, staging
-from autocdc.sources.errors import BatchFailedError, SourceLockedError
+from autocdc.sources.errors import BatchFailedError, PlanFailedError, SourceLockedError
 
 T = TypeVar("T")
 STAGING = "extraction-staging"  # in the flow's checkpoint folder
@@ -94,6 +102,55 @@ def _quiet(message: str) -> None:
     """Where a step's lines go by default: nowhere (the runner prints them)."""
 
 
+def _words(error: BaseException) -> str:
+    """What a failed libpq query said: psycopg's error carries the database's words."""
+    return f"{type(error).__name__}: {str(error).strip()}"
+
+
+class LagUnknownError(Exception):
+    """The newest values could not be looked up: the lag of this run is unknown."""
+
+    def __init__(self, words: str, attempts: int) -> None:
+        super().__init__(f"{words} ({attempts} attempts)")
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The rule every query of a run follows, through libpq or JDBC alike: one that fails
+    (a statement timeout, a lost connection) is sent again after a growing pause, up to
+    ``retries`` times; then ``failed`` says what the run makes of it. An
+    :class:`AutoCdcError` is no failure of the database (a declaration refused, a
+    checkpoint that cannot be stored) and is raised at once."""
+
+    source: str
+    retries: int
+    say: Callable[[str], None] = _quiet
+    gist: Callable[[BaseException], str] = _words  # the database's words in an error
+
+    def __call__(
+        self,
+        query: Callable[[int], T],
+        what: str,
+        failed: Callable[[str, int], Exception],
+    ) -> T:
+        """``query(attempt)``'s result, from attempt 1 on; ``query`` cleans up after
+        itself. ``failed(words, attempts)`` is raised from the last attempt's error."""
+        attempts, attempt = 1 + self.retries, 1
+        while True:
+            try:
+                return query(attempt)
+            except AutoCdcError:
+                raise
+            except Exception as error:
+                words = self.gist(error)
+                if attempt == attempts:
+                    raise failed(words, attempts) from error
+                self.say(f"extraction {self.source}: {what} failed ({words}); trying again "
+                         f"({attempt + 1} of {attempts})")  # fmt: skip
+                time.sleep(min(0.25 * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS))
+            attempt += 1
+
+
 @dataclass(frozen=True)
 class Read:
     """What one batch left: its accumulator, its rows for the load, and their count."""
@@ -112,11 +169,13 @@ class Extracted(Generic[T]):
     batches: int
     checkpoint: Any  # the flow's checkpoint after the run (None: STATELESS, or none yet)
     advanced: bool
+    lag_unknown: str | None = None  # why the newest values could not be looked up
 
     def position(self, source: str) -> dict[str, Any]:
         """The run's entry of the event log's ``source_position``."""
         offset = json.loads(extract.dumps(self.checkpoint))  # a Decimal as extract keeps it
-        return {"kind": "extraction", "path": None, "source": source, "offset": offset}
+        entry = {"kind": "extraction", "path": None, "source": source, "offset": offset}
+        return {**entry, "lag_unknown": self.lag_unknown}
 
 
 @dataclass(frozen=True)
@@ -162,15 +221,38 @@ class Step:
         cursor = source.run_cursor()
         jdbc = Jdbc(spark, source, staged) if source.url is not None else None
         table: Any = jdbc.table if jdbc else pgextract.describe(source)
-        newest = jdbc.newest() if jdbc else pgextract.newest(source, table)  # what it can reach
+        retry = Retry(source.name, options.retries, self.say, jdbc.gist if jdbc else _words)
+        if jdbc:
+            newest_in, edge_of = jdbc.newest, jdbc.edge
+        else:
+            newest_in = functools.partial(pgextract.newest, source, table)
+            edge_of = functools.partial(pgextract.edge, source, table)
+        newest, unknown = None, None
+        try:  # what it can reach: the lag's measure, which the read does not need
+            newest = retry(
+                lambda _: newest_in(), "the lookup of the newest values", LagUnknownError
+            )
+        except LagUnknownError as error:
+            unknown = str(error)
         limit, bound = source.run_limit(), None
         if limit is not None:
-            at = jdbc.edge(limit, stored) if jdbc else pgextract.edge(source, table, limit, stored)
+            beyond = limit.beyond(stored).narrowed(source.where).where
+            at = retry(
+                lambda _: edge_of(limit, stored),
+                "the lookup of the limit's edge",
+                lambda words, attempts: PlanFailedError(
+                    query="lookup of the `limit`'s edge",
+                    source=source.name,
+                    where=beyond,
+                    attempts=attempts,
+                    error=words,
+                ),
+            )
             bound = limit.within(stored, at)
         batches = extract.plan(source, cursor, stored, bound)
         read = store.next_read()
         if jdbc:
-            got, acc, rows = jdbc.load(batches, cursor, stored, options, self.say)
+            got, acc, rows = jdbc.load(batches, cursor, stored, options.max_concurrency, retry)
         else:
             reader = Reader(source, table, cursor, stored, options, staged, self.say)
             reads = reader.read_all(batches)
@@ -185,22 +267,26 @@ class Step:
         advanced = source.keeps_checkpoint and rows > 0 and checkpoint != stored
         if advanced:
             store.write(source, checkpoint, rows, len(batches))
-        gaps = extract.behind(source.cdc_order, checkpoint, newest)
+        gaps = None if newest is None else extract.behind(source.cdc_order, checkpoint, newest)
         record = {"rows": rows, "checkpoint": checkpoint, "newest": newest, "behind": gaps}
-        store.finished(source, record)
+        store.finished(source, {**record, "lag_unknown": unknown})
         said = f"flow {self.flow}: extraction {source.name} read {rows} rows"
         said += f" in {len(batches)} batches"
         if source.keeps_checkpoint:
             text = extract.dumps(checkpoint)
             said += f"; checkpoint {text if len(text) <= SAID else text[:SAID] + '...'}"
+        if unknown is not None:
+            said += f"; lag unknown (the newest values could not be looked up: {unknown})"
         self.say(said)
-        return Extracted(result, rows, len(batches), checkpoint, advanced)
+        return Extracted(result, rows, len(batches), checkpoint, advanced, unknown)
 
 
 class Jdbc:
     """One run's reads of a ``url`` source (:mod:`autocdc.sources.jdbcextract`): every
     batch a partition of one Spark read (at most ``max_concurrency`` queries at once),
     staged once, read again as a whole after a failure up to ``retries`` times."""
+
+    gist = staticmethod(jdbcextract.gist)  # Spark wraps the database's words
 
     def __init__(self, spark: SparkSession, source: extract.Extraction, staged: Path) -> None:
         self.spark, self.source, self.staged = spark, source, staged
@@ -217,40 +303,35 @@ class Jdbc:
         batches: list[extract.Batch],
         cursor: extract.Cursor,
         checkpoint: Any,
-        options: extract.ExtractionOptions,
-        say: Callable[[str], None],
+        most: int | None,
+        retry: Retry,
     ) -> tuple[DataFrame, Any, int]:
         """The rows read (typed as the flow reads them), their accumulator, their count."""
-        attempts, name, attempt = 1 + options.retries, self.source.name, 1
-        while True:
-            path = self.staged / f"jdbc-attempt-{attempt}"
+
+        def attempt(number: int) -> tuple[DataFrame, Any, int]:
+            path = self.staged / f"jdbc-attempt-{number}"
             try:
-                rows = jdbcextract.read(
-                    self.spark, self.source, self.table, batches, path, options.max_concurrency
-                )
+                rows = jdbcextract.read(self.spark, self.source, self.table, batches, path, most)
                 crash_point("extract_mid_read")  # staged, not applied
                 count = rows.count()
                 folding = count and self.source.keeps_checkpoint  # STATELESS keeps none
                 acc = jdbcextract.accumulator(cursor, checkpoint, rows) if folding else None
                 return jdbcextract.typed(rows, self.source.columns), acc, count
-            except AutoCdcError:
-                raise
-            except Exception as error:
+            except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
-                gist = jdbcextract.gist(error)
-                if attempt == attempts:
-                    raise BatchFailedError(
-                        source=name,
-                        batch=f"1-{len(batches)}" if len(batches) > 1 else 1,
-                        batches=len(batches),
-                        where=" | ".join(b.where for b in batches),
-                        attempts=attempts,
-                        error=gist,
-                    ) from error
-                say(f"extraction {name}: the read failed ({gist}); reading it again "
-                    f"({attempt + 1} of {attempts})")  # fmt: skip
-                time.sleep(min(0.25 * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS))
-            attempt += 1
+                raise
+
+        def failed(words: str, attempts: int) -> BatchFailedError:
+            return BatchFailedError(
+                source=self.source.name,
+                batch=f"1-{len(batches)}" if len(batches) > 1 else 1,
+                batches=len(batches),
+                where=" | ".join(b.where for b in batches),
+                attempts=attempts,
+                error=words,
+            )
+
+        return retry(attempt, "the read", failed)
 
 
 @dataclass(frozen=True)
@@ -286,13 +367,13 @@ class Reader:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _read(self, index: int, batches: list[extract.Batch]) -> Read:
-        """One batch, each attempt into a fresh sink; read again after a failure up to
-        ``retries`` times (with a growing pause), then :class:`BatchFailedError`."""
-        batch, attempts = batches[index], 1 + self.options.retries
-        attempt = 1
-        while True:
+        """One batch, each attempt into a fresh sink, by the run's :class:`Retry`; then
+        :class:`BatchFailedError`."""
+        batch = batches[index]
+
+        def attempt(number: int) -> Read:
             if self.options.staging:
-                path = self.staged / f"batch-{index}-attempt-{attempt}.parquet"
+                path = self.staged / f"batch-{index}-attempt-{number}.parquet"
                 sink: staging.MemorySink | staging.StagedSink = staging.StagedSink(path)
             else:
                 sink = staging.MemorySink()
@@ -307,24 +388,19 @@ class Reader:
                     self.options.page_rows,
                 )
                 return Read(acc, sink.close(), rows)
-            except AutoCdcError:
+            except BaseException:
                 sink.discard()
                 raise
-            except Exception as error:
-                sink.discard()
-                gist = f"{type(error).__name__}: {str(error).strip()}"
-                if attempt == attempts:
-                    raise BatchFailedError(
-                        source=self.source.name,
-                        batch=index + 1,
-                        batches=len(batches),
-                        where=batch.where,
-                        attempts=attempts,
-                        error=gist,
-                    ) from error
-                self.say(
-                    f"extraction {self.source.name}: batch {index + 1} of {len(batches)} "
-                    f"failed ({gist}); reading it again ({attempt + 1} of {attempts})"
-                )
-                time.sleep(min(0.25 * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS))
-            attempt += 1
+
+        def failed(words: str, attempts: int) -> BatchFailedError:
+            return BatchFailedError(
+                source=self.source.name,
+                batch=index + 1,
+                batches=len(batches),
+                where=batch.where,
+                attempts=attempts,
+                error=words,
+            )
+
+        retry = Retry(self.source.name, self.options.retries, self.say)
+        return retry(attempt, f"batch {index + 1} of {len(batches)}", failed)

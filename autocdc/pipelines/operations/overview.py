@@ -122,8 +122,9 @@ def target_counts(warehouse: Path, flow: str, target: str) -> dict[str, Any]:
 def extraction_lag(checkpoint: Path) -> dict[str, Any] | None:
     """An extraction flow's lag: when its last successful run ended and how long ago, its
     checkpoint, the newest values its source held when that run began, and how far behind
-    them the checkpoint is, per ``cdc_order`` column (None: not an extraction flow, or no
-    run has succeeded). From the flow's files alone: ``status`` queries no database."""
+    them the checkpoint is, per ``cdc_order`` column, or why that run could not look the
+    newest values up (None: not an extraction flow, or no run has succeeded). From the
+    flow's files alone: ``status`` queries no database."""
     ran = CheckpointFile(checkpoint).last_run()
     if ran is None:
         return None
@@ -133,8 +134,11 @@ def extraction_lag(checkpoint: Path) -> dict[str, Any] | None:
 
 
 def describe_extraction(lag: dict[str, Any]) -> str:
-    """``last run 40 s ago; updated_at 15 s behind``."""
+    """``last run 40 s ago; updated_at 15 s behind``, or ``...; lag unknown`` when that
+    run could not look up the newest values."""
     said = f"last run {lag['seconds_since']:,.0f} s ago"
+    if lag.get("lag_unknown"):
+        return f"{said}; lag unknown"
     gaps = [f"{column} {gap:,.6g} behind" for column, gap in lag["behind"].items() if gap]
     return "; ".join([said, *gaps])
 
