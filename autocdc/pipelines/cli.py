@@ -12,7 +12,9 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from datetime import datetime
 from pathlib import Path
@@ -178,9 +180,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     os.chdir(spec.root)  # relative paths in the definitions are the project's
     if args.command in ("status", "history"):
         return _report(args, spec)
-    spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
-    interrupt.watch(spark)
-    interrupt.check()
+    spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.configuration))
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
         full_refresh_all=getattr(args, "full_refresh_all", False),
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():  # the process is ending:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # no traceback for another Ctrl-C
         print(
             "autocdc: interrupted (Ctrl-C): every committed batch is kept; the next run "
             "goes on from there",

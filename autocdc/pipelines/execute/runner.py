@@ -414,7 +414,8 @@ class Runner:
 
     def _keep_running(self, options: Options) -> None:
         """Until Ctrl-C or SIGTERM: streaming queries run on their trigger, materialized
-        views are recomputed every interval; then every query stops cleanly."""
+        views are recomputed every interval; then every query stops cleanly (and Ctrl-C
+        raises KeyboardInterrupt)."""
         stop: list[int] = []
         signal.signal(signal.SIGTERM, lambda number, _frame: stop.append(number))
         if not interrupt.active():  # a run not started by the CLI
@@ -442,6 +443,7 @@ class Runner:
         for flow, _dataset, target, query in self.queries:
             query.stop()
             self._stopped(flow.name, target)
+        interrupt.check()  # Ctrl-C exits 130 here too, as at any other moment
         say("stopped")
 
     def _restart(self, flow: Flow, dataset: Dataset, options: Options) -> StreamingQuery:
