@@ -162,15 +162,21 @@ def _record(error: BaseException) -> Path:
 
 
 def _report(args: argparse.Namespace, spec: project.Project) -> int:
-    """``status`` / ``history``: JSON (documented keys) or a table; no Spark."""
+    """``status`` / ``history``: JSON (documented keys) or a table; no Spark. A reader
+    that stops early (``| head``) ends it quietly, with exit status 141."""
     if args.command == "status":
         doc, show = overview.status(spec), overview.show_status
     else:
         doc, show = overview.history(spec, args.flow, args.last), overview.show_history
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        show(doc, Console(width=None if sys.stdout.isatty() else 160))  # logs: no wrapping
+    try:
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            show(doc, Console(width=None if sys.stdout.isatty() else 160))  # logs: no wrapping
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader had enough (`| head`): as a command SIGPIPE ends
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and at exit
+        return 128 + signal.SIGPIPE
     return 0
 
 

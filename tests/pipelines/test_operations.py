@@ -11,11 +11,13 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from changes import A, B, C
-from processes import finish, start
+from processes import child_env, finish, start
 from projects import drop, run, write_project
 from reference import fold_scd1
 from rich.console import Console
@@ -25,7 +27,7 @@ from autocdc import AutoCdcFlow
 from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines import cli
-from autocdc.pipelines.declare import project
+from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.execute.position import Lag, lag
 from autocdc.pipelines.execute.progress import FlowProgress, Progress, render
@@ -253,6 +255,26 @@ def test_killed_run_keeps_its_committed_events(spark, tmp_path):
     status = overview.status(project.load(spec))
     assert status["last_run"]["status"] == "interrupted"
     assert status["flows"][0]["lag"]["files"] == 2
+
+
+@pytest.mark.e2e
+def test_status_into_a_closed_pipe_ends_quietly(tmp_path):
+    """``autocdc status --json | head -3``: the reader gone, the command exits 141 (as one
+    SIGPIPE ends) with nothing on stderr and no traceback in the log."""
+    root = scaffold.create(tmp_path / "shop")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autocdc", "status", "--json"],
+        cwd=root,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before it writes: its first write finds no reader
+    _, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr) == (141, "")
+    assert not (root / "autocdc-logs").exists()
 
 
 def test_lag_of_file_and_delta_sources(tmp_path):
