@@ -33,6 +33,7 @@ from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorErr
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
 from autocdc.pipelines.execute import graph, lock
+from autocdc.pipelines.operations import overview
 from autocdc.sources.errors import TableNotFoundError
 
 
@@ -357,7 +358,8 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
 ):
     """The sample runs as created. A copy of the whole project (its checkpoints name the
     files they read by absolute path) goes on where the original stood: its checkpoints
-    are translated, the event log says so, no file is read again and a new one is. A source
+    are translated, the event log says so, no file is read again and a new one is; before
+    that, its status counts the files waiting in the copy, not in the original. A source
     moved on its own is refused with the fix, before its flows start."""
     root = scaffold.create(tmp_path / "sample")
     monkeypatch.chdir(root)
@@ -372,6 +374,14 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
     (changes / "0002.json").write_text(
         '{"id": 3, "name": "Carol", "city": "Milan", "op": "U", "seq": 7}\n'
     )
+    for name in ("0003.json", "0004.json"):  # the original's only
+        (root / "data" / "changes" / name).write_text("{}\n")
+    # Before the copy's first run its status reads the copy: one new file, not the original's.
+    waiting = overview.status(project.load(copy / "spark-pipeline.yml"))["flows"]
+    assert {f["flow"]: f["lag"]["files"] for f in waiting} == {
+        "customers": 1,
+        "customers_history_cdc": 1,
+    }
     run(spark, copy / "spark-pipeline.yml")
     expected = {(1, "Alice", "Lyon"), (3, "Carol", "Milan")}
     assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
