@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     os.chdir(spec.root)  # relative paths in the definitions are the project's
     if args.command in ("status", "history"):
         return _report(args, spec)
-    spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.configuration))
+    spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
         full_refresh_all=getattr(args, "full_refresh_all", False),

@@ -30,7 +30,7 @@ from autocdc.pipelines import cli
 from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.execute.position import Lag, lag
-from autocdc.pipelines.execute.progress import FlowProgress, Progress, render
+from autocdc.pipelines.execute.progress import FlowProgress, Progress, outcome, render
 from autocdc.pipelines.operations import overview
 
 FEED = """
@@ -299,6 +299,18 @@ def test_lag_of_file_and_delta_sources(tmp_path):
     ends = [{"logOffset": -1}, {"reservoirVersion": 3, "index": 5}]
     assert (lag(found, ends, checkpoint).files, lag(found, ends, checkpoint).versions) == (2, 0)
     assert lag([{"kind": "other", "path": None}], [None], checkpoint) == Lag()
+
+
+def test_batch_outcome_in_words():
+    """A batch's line says where every row read went: 5 read, 2 applied, 1 stale, 1
+    quarantined, so 1 merged within the batch (a later change of its key won)."""
+    metrics = BatchMetrics(
+        *("orders", 3, 5, 0, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0.5), steps={"merge": 0.2}
+    )
+    assert outcome(metrics.as_dict()) == (
+        "read 5 rows: 2 applied (2 upserted, 0 deleted), 1 merged within the batch, "
+        "1 stale, 1 quarantined"
+    )
 
 
 def test_progress_lines_and_live_table(capsys):

@@ -30,6 +30,7 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc import pipelines as dp
 from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorError
+from autocdc.engine.logs import log_file
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
 from autocdc.pipelines.execute import graph, lock
@@ -406,17 +407,24 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
 
 
 def test_dry_run_resolves_and_writes_nothing(spark, tmp_path, database, monkeypatch, capsys):
+    """A dry run writes nothing; it logs in the project folder, whose warehouse is outside
+    it (as the demo's is)."""
     monkeypatch.chdir(tmp_path)  # the CLI moves into the project folder
-    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2})
-    drop(tmp_path, "1", A)
+    config = {"spark.sql.warehouse.dir": "../warehouse"}
+    project_root = tmp_path / "project"
+    spec = write_project(
+        project_root, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2}, config
+    )
+    drop(project_root, "1", A)
     try:
         assert cli.main(["dry-run", "--spec", str(spec)]) == 0
     finally:
         spark.catalog.setCurrentDatabase("default")
+    assert log_file() == project_root / "autocdc-logs" / "autocdc.log"
     out = capsys.readouterr().out
     assert "4 datasets (changes, " in out and "nothing written" in out
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
-    assert not (tmp_path / "storage").exists()
+    assert not (project_root / "storage").exists()
 
 
 ORDERS_EXAMPLE = ROOT / "pipelines" / "orders"

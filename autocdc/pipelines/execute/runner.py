@@ -45,7 +45,7 @@ from autocdc.pipelines.execute import extraction, interrupt, lock
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.eventlog import EventLog
-from autocdc.pipelines.execute.progress import Progress
+from autocdc.pipelines.execute.progress import Progress, outcome
 from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
 
@@ -392,9 +392,9 @@ class Runner:
 
     @staticmethod
     def _log(metrics: BatchMetrics) -> None:
-        values = metrics.as_dict()
-        flow = values.pop("flow")
-        say(f"flow {flow}: " + " ".join(f"{k}={v}" for k, v in values.items()))
+        """The batch's outcome in words (``autocdc history`` has every count)."""
+        said = f"{outcome(metrics.as_dict())}; {metrics.seconds:.1f} s"
+        say(f"flow {metrics.flow}: {said} (commit {metrics.batch_id})")
 
     def _reset(self, dataset: Dataset) -> None:
         """Full refresh: drop the dataset's table (with its autocdc state and quarantine)
