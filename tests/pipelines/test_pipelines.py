@@ -33,7 +33,7 @@ from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorErr
 from autocdc.engine.logs import log_file
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
-from autocdc.pipelines.execute import graph, lock
+from autocdc.pipelines.execute import graph, lock, runner
 from autocdc.pipelines.operations import overview
 from autocdc.sources.errors import TableNotFoundError
 
@@ -404,6 +404,21 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
     assert refused.value.params["recorded"] == changes
     assert refused.value.params["location"] == copy / "data" / "elsewhere"
     assert "`autocdc run --full-refresh customers`" in str(refused.value)
+
+
+def test_kafka_offsets_a_new_broker_lacks_say_to_refresh():
+    """Spark's Kafka data-loss failure (the checkpoint is an earlier broker's: the example's
+    servers started again) becomes one error naming the full refresh, where Spark's own
+    advises failOnDataLoss, which would skip the gap silently."""
+    spark_said = RuntimeError(
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: [KAFKA_DATA_LOSS] Some "
+        "data may have been lost because they are not available in Kafka any more; ..."
+    )
+    lost = runner.data_lost(spark_said, "customers_cdc", "customers")
+    assert isinstance(lost, errors.SourceDataLostError)
+    assert lost.params == {"flow": "customers_cdc", "dataset": "customers"}
+    assert "`autocdc run --full-refresh customers`" in str(lost)
+    assert runner.data_lost(RuntimeError("[STREAM_FAILED] other"), "f", "d") is None
 
 
 def test_dry_run_resolves_and_writes_nothing(spark, tmp_path, database, monkeypatch, capsys):
