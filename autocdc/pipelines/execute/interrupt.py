@@ -57,7 +57,7 @@ def start(open_session: Callable[[], SparkSession]) -> SparkSession:
     """The session ``open_session`` starts, watched: inside :func:`noted`, Ctrl-C stops its
     work from then on. While it starts (in a helper thread, where pyspark installs no
     SIGINT handler of its own) Ctrl-C raises KeyboardInterrupt here at once; the JVM, a
-    child whose stdin is this process's, ends with it."""
+    child reading a pipe from this process, ends with it."""
     if not _inside.is_set():
         return open_session()
     opened: list[SparkSession | BaseException] = []
