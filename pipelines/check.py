@@ -31,13 +31,23 @@ HISTORY = [
 
 
 def main() -> int:
-    warehouse = Path(__file__).resolve().parent.parent / "warehouse"
-    spark = autocdc.spark_session(warehouse=warehouse)
+    project = Path(__file__).resolve().parent
+    log = project / "autocdc-logs" / "autocdc.log"  # the run's log file
+    spark = autocdc.spark_session(project.parent / "warehouse", {"autocdc.logFile": str(log)})
     current = spark.table("customers").orderBy("id")
     history = spark.table("customers_history").orderBy("id", "__START_AT")
-    for df in (current, history, spark.table("customers_per_city").orderBy("city")):
+    quarantine = spark.table("customers__autocdc_quarantine").select("reason", "row")
+    for title, df in [
+        ("customers: SCD type 1, the latest row per key", current),
+        ("customers_history: SCD type 2, every version of each key", history),
+        (
+            "customers_per_city: a materialized view over customers",
+            spark.table("customers_per_city").orderBy("city"),
+        ),
+        ("customers__autocdc_quarantine: the rows that could not be applied", quarantine),
+    ]:
+        print(f"\n{title}")
         df.show(truncate=False)
-    spark.table("customers__autocdc_quarantine").select("reason", "row").show(truncate=False)
     ok = [tuple(r) for r in current.collect()] == CURRENT
     ok &= [tuple(r) for r in history.collect()] == HISTORY
     print("demo result matches the hand-worked answer" if ok else "demo result is WRONG")

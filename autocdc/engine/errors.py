@@ -328,6 +328,16 @@ class JarsUnresolvedError(EngineError):
     )
 
 
+class DeltaNotSubmittedError(EngineError):
+    error_class = "AUTOCDC_DELTA_NOT_SUBMITTED"
+    template = (
+        "spark-submit started the JVM without Delta Lake's classes ({catalog} is not "
+        "loadable), and autocdc cannot add jars to a JVM already running. Add "
+        "`--packages {coordinate}` to the spark-submit command (or `--jars` with the "
+        "files `python -m autocdc.engine.jars` put in {jar_dir})."
+    )
+
+
 # How a Python worker's traceback names an autocdc error it raised, in the message of the
 # exception Spark wraps it in (PythonException, StreamingQueryException).
 _IN_WORKER = re.compile(r"^(autocdc(?:\.\w+)+)\.(\w+): \[(AUTOCDC_\w+)\] (.*)$", re.MULTILINE)

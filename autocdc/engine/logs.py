@@ -1,10 +1,11 @@
 """Where the details go, so that a terminal shows only what a user acts on.
 
 A session writes one log file, ``autocdc-logs/autocdc.log`` beside its warehouse (or the
-``autocdc.logFile`` setting): Spark's log4j output (the engine's ``log4j2.properties``), whatever
-the JVM prints itself (its warnings, ivy's report when Delta's jars are resolved at start),
-pyspark's JSON records of the errors it raises, and the traceback of a failed ``autocdc``
-command (``autocdc.log_file()`` names it). The file is appended to, run after run.
+``autocdc.logFile`` setting): Spark's log4j output (the engine's ``log4j2.properties``),
+whatever the JVM prints itself (its warnings, ivy's report when Delta's jars are resolved at
+start), pyspark's JSON records of the errors it raises, py4j's warnings, and the traceback
+of a failed ``autocdc`` command (``autocdc.log_file()`` names it). The file is appended to,
+run after run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ LOG_FILE = "autocdc.logFile"
 # pyspark logs every error it raises from the JVM, JVM stack trace included, as a JSON
 # line on stderr, even when the caller catches it.
 _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+# py4j logs a connection broken mid-call (the JVM gone as the process ends, a call cut by
+# Ctrl-C) with its traceback, which Python's last-resort handler prints on stderr.
+_PY4J_LOGGER = "py4j"
 
 _current: Path | None = None
 
@@ -35,16 +39,17 @@ def path_for(settings: Mapping[str, str]) -> Path:
 
 
 def use(path: Path) -> None:
-    """Make ``path`` this process's log file, and send pyspark's error records there."""
+    """Make ``path`` this process's log file, and send pyspark's error records and py4j's
+    warnings there."""
     global _current
     path.parent.mkdir(parents=True, exist_ok=True)
     _current = path
-    for name in _PYSPARK_LOGGERS:
-        logger = PySparkLogger.getLogger(name)
+    loggers = [PySparkLogger.getLogger(name) for name in _PYSPARK_LOGGERS]
+    for logger in [*loggers, logging.getLogger(_PY4J_LOGGER)]:
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
             handler.close()
-        logger.addHandler(logging.FileHandler(path, delay=True))  # JSON, as pyspark writes
+        logger.addHandler(logging.FileHandler(path, delay=True))  # pyspark's: JSON lines
         logger.propagate = False
 
 

@@ -21,6 +21,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from autocdc.engine import logs, tables
+from autocdc.engine.errors import DeltaNotSubmittedError
 
 log = logging.getLogger("autocdc")
 
@@ -83,7 +84,8 @@ def spark_session(
     not to the terminal.
 
     Under ``spark-submit`` the launcher's settings (and logging) win over the file's, and
-    Delta's jars must come from ``--packages io.delta:delta-spark_4.2_2.13:4.4.0``.
+    Delta's jars must come from ``--packages io.delta:delta-spark_4.2_2.13:4.4.0``
+    (else :class:`DeltaNotSubmittedError`).
 
     >>> spark = spark_session(warehouse="/tmp/wh")            # doctest: +SKIP
     """
@@ -96,6 +98,7 @@ def spark_session(
         # SparkConf reads them from the launcher's JVM, and is empty until Python is
         # connected to it: connect first (no context is created).
         SparkContext._ensure_initialized()
+        _check_delta_submitted()
         launcher = SparkConf()
         settings = {k: v for k, v in settings.items() if not launcher.contains(k)}
     settings.update(_DELTA_CONF)
@@ -112,17 +115,36 @@ def spark_session(
         _driver_options(settings, conf_dir, log_file)
         _start_jvm(settings, log_file)
 
+    # A JVM started here logs to the file at the level of the log4j2.properties; a
+    # launcher's logs go to its console, so keep that to errors, from before the context
+    # starts (it logs hundreds of INFO lines).
+    level = settings.get("autocdc.logLevel") or ("ERROR" if submitted else None)
+    if level:
+        jvm = SparkContext._jvm
+        assert jvm is not None  # a JVM is up: the launcher's, ours, or an earlier session's
+        jvm.org.apache.spark.util.Utils.setLogLevel(
+            jvm.org.apache.logging.log4j.Level.toLevel(level)
+        )
     builder = SparkSession.builder.appName(settings.pop("spark.app.name", "autocdc"))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    # A JVM started here logs to the file at the level of the log4j2.properties; a
-    # launcher's logs go to its console, so keep that to errors.
-    level = settings.get("autocdc.logLevel") or ("ERROR" if submitted else None)
-    if level:
-        spark.sparkContext.setLogLevel(level)
     tables.register_warehouse_tables(spark)
     return spark
+
+
+def _check_delta_submitted() -> None:
+    """Raise :class:`DeltaNotSubmittedError` if spark-submit's JVM cannot load Delta's
+    catalog: the session would otherwise fail with a 30-line Java trace and no hint."""
+    from autocdc.engine import jars  # see _add_jars
+
+    jvm = SparkContext._jvm
+    assert jvm is not None  # connected by _ensure_initialized
+    catalog = _DELTA_CONF["spark.sql.catalog.spark_catalog"]
+    if not jvm.org.apache.spark.util.Utils.classIsLoadable(catalog):
+        raise DeltaNotSubmittedError(
+            catalog=catalog, coordinate=jars.coordinate(), jar_dir=jars.jar_dir()
+        )
 
 
 def _add_jars(settings: dict[str, str]) -> None:

@@ -257,7 +257,7 @@ def run(
     from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))
-    spark = spark or spark_session(warehouse=loaded.warehouse, conf=loaded.configuration)
+    spark = spark or spark_session(warehouse=loaded.warehouse, conf=loaded.session_conf)
     options = runner.Options(
         full_refresh=set(full_refresh or []),
         full_refresh_all=full_refresh_all,

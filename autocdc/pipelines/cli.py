@@ -12,7 +12,9 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from datetime import datetime
 from pathlib import Path
@@ -160,15 +162,21 @@ def _record(error: BaseException) -> Path:
 
 
 def _report(args: argparse.Namespace, spec: project.Project) -> int:
-    """``status`` / ``history``: JSON (documented keys) or a table; no Spark."""
+    """``status`` / ``history``: JSON (documented keys) or a table; no Spark. A reader
+    that stops early (``| head``) ends it quietly, with exit status 141."""
     if args.command == "status":
         doc, show = overview.status(spec), overview.show_status
     else:
         doc, show = overview.history(spec, args.flow, args.last), overview.show_history
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        show(doc, Console(width=None if sys.stdout.isatty() else 160))  # logs: no wrapping
+    try:
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            show(doc, Console(width=None if sys.stdout.isatty() else 160))  # logs: no wrapping
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader had enough (`| head`): as a command SIGPIPE ends
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and at exit
+        return 128 + signal.SIGPIPE
     return 0
 
 
@@ -178,9 +186,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     os.chdir(spec.root)  # relative paths in the definitions are the project's
     if args.command in ("status", "history"):
         return _report(args, spec)
-    spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
-    interrupt.watch(spark)
-    interrupt.check()
+    spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
         full_refresh_all=getattr(args, "full_refresh_all", False),
@@ -225,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():  # the process is ending:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # no traceback for another Ctrl-C
         print(
             "autocdc: interrupted (Ctrl-C): every committed batch is kept; the next run "
             "goes on from there",

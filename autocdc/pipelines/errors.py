@@ -155,3 +155,17 @@ class CheckpointElsewhereError(PipelineError):
         "start the flow over from its source here: `autocdc run --full-refresh {dataset}` "
         "(its target is rebuilt from every file the source holds)."
     )
+
+
+class SourceDataLostError(PipelineError):
+    """Spark's Kafka source found offsets in the checkpoint that the broker does not have:
+    see :func:`autocdc.pipelines.execute.runner.data_lost`."""
+
+    error_class = "AUTOCDC_PIPELINE_SOURCE_DATA_LOST"
+    template = (
+        "Flow `{flow}`: its checkpoint holds Kafka offsets the broker no longer has, so "
+        'Spark stopped it ("Some data may have been lost"): the broker or topic is a new '
+        "one (deleted and created again, or new servers, as each start of an example's) or "
+        "retention removed records it had not read. To read the topic again from its start "
+        "into a rebuilt target: `autocdc run --full-refresh {dataset}`."
+    )

@@ -7,8 +7,11 @@ them and deletes their data.
     .venv/bin/python pipelines/debezium-kafka/servers.py
 
 It prints the psql command to type changes with and the `autocdc run` command that mirrors
-them. The servers are the test suite's own (tests/support): the end-to-end test of this
-example starts the same ones with the same connector.
+them, with this virtualenv's `autocdc` and `--full-refresh-all`: the servers are new at
+every start, so the mirror starts over with them (a checkpoint holds the offsets of the
+broker it read, which the next start's broker does not have). The servers are the test
+suite's own (tests/support): the end-to-end test of this example starts the same ones with
+the same connector.
 """
 
 from __future__ import annotations
@@ -58,16 +61,19 @@ def _stopped(*_: object) -> None:
 def main() -> None:
     server = Server().start()
     broker = connect = None
+    work = tempfile.TemporaryDirectory(suffix="-connect")  # Connect's offsets and config
     try:
         server.execute(TABLE)
         broker = Broker().start()
-        connect = Connect(broker, connector(server), Path(tempfile.mkdtemp("-connect"))).start()
+        connect = Connect(broker, connector(server), Path(work.name)).start()
         spec = os.path.relpath(Path(__file__).with_name("spark-pipeline.yml"))
+        autocdc = os.path.relpath(Path(sys.executable).with_name("autocdc"))
         print(
             "PostgreSQL, Kafka and Debezium are running (Ctrl-C stops them).\n"
             f'  changes:  psql "{server.dsn}"\n'
             f"  topic:    {TOPIC} on {broker.servers}\n"
-            f"  mirror:   AUTOCDC_KAFKA={broker.servers} autocdc run --spec {spec} --continuous",
+            f"  mirror:   AUTOCDC_KAFKA={broker.servers} {autocdc} run --spec {spec} "
+            "--continuous --full-refresh-all",
             flush=True,
         )
         for stop in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job ignores it
@@ -81,6 +87,7 @@ def main() -> None:
             if started is not None:
                 started.stop()
         server.stop()
+        work.cleanup()
 
 
 if __name__ == "__main__":

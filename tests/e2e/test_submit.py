@@ -138,6 +138,31 @@ def test_spark_submit_local(spark: SparkSession, project: Path) -> None:
     check_tables(spark, project.parent.parent / "warehouse")
 
 
+@pytest.mark.e2e
+def test_spark_submit_without_delta_says_what_to_add(project: Path) -> None:
+    """No ``--packages`` for Delta: autocdc's one error line naming the option to add (exit
+    status 2), not a Java trace about a missing catalog plugin class, and few of the
+    launcher's INFO lines (it is kept to errors from when autocdc connects)."""
+    env = environment()
+    launcher = str(ROOT / "autocdc" / "__main__.py")
+    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", "local[1]", *SMALL]
+    done = subprocess.run(
+        [*command, launcher, "dry-run", "--spec", str(project)],
+        env=env,
+        cwd=project.parent,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    # The launcher's output on stderr; the Python driver's, stderr too, on its stdout.
+    assert done.returncode == 2, f"{done.stdout[-3000:]}\n{error_tail(done.stderr)}"
+    assert done.stdout.startswith("autocdc: [AUTOCDC_DELTA_NOT_SUBMITTED] "), done.stdout
+    assert f"--packages {DELTA}" in done.stdout and len(done.stdout.splitlines()) == 1
+    said = done.stderr.splitlines()
+    assert "Traceback" not in done.stderr and "DeltaCatalog" not in done.stderr
+    assert sum(" INFO " in line for line in said) < 60, len(said)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -11,11 +11,13 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from changes import A, B, C
-from processes import finish, start
+from processes import child_env, finish, start
 from projects import drop, run, write_project
 from reference import fold_scd1
 from rich.console import Console
@@ -25,10 +27,10 @@ from autocdc import AutoCdcFlow
 from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines import cli
-from autocdc.pipelines.declare import project
+from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.execute.position import Lag, lag
-from autocdc.pipelines.execute.progress import FlowProgress, Progress, render
+from autocdc.pipelines.execute.progress import FlowProgress, Progress, outcome, render
 from autocdc.pipelines.operations import overview
 
 FEED = """
@@ -255,6 +257,26 @@ def test_killed_run_keeps_its_committed_events(spark, tmp_path):
     assert status["flows"][0]["lag"]["files"] == 2
 
 
+@pytest.mark.e2e
+def test_status_into_a_closed_pipe_ends_quietly(tmp_path):
+    """``autocdc status --json | head -3``: the reader gone, the command exits 141 (as one
+    SIGPIPE ends) with nothing on stderr and no traceback in the log."""
+    root = scaffold.create(tmp_path / "shop")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autocdc", "status", "--json"],
+        cwd=root,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # before it writes: its first write finds no reader
+    _, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr) == (141, "")
+    assert not (root / "autocdc-logs").exists()
+
+
 def test_lag_of_file_and_delta_sources(tmp_path):
     """Driver-side lag: files the checkpoint's file log has not reached, and Delta
     versions beyond the offset (``index -1``: that version not read yet)."""
@@ -277,6 +299,18 @@ def test_lag_of_file_and_delta_sources(tmp_path):
     ends = [{"logOffset": -1}, {"reservoirVersion": 3, "index": 5}]
     assert (lag(found, ends, checkpoint).files, lag(found, ends, checkpoint).versions) == (2, 0)
     assert lag([{"kind": "other", "path": None}], [None], checkpoint) == Lag()
+
+
+def test_batch_outcome_in_words():
+    """A batch's line says where every row read went: 5 read, 2 applied, 1 stale, 1
+    quarantined, so 1 merged within the batch (a later change of its key won)."""
+    metrics = BatchMetrics(
+        *("orders", 3, 5, 0, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0.5), steps={"merge": 0.2}
+    )
+    assert outcome(metrics.as_dict()) == (
+        "read 5 rows: 2 applied (2 upserted, 0 deleted), 1 merged within the batch, "
+        "1 stale, 1 quarantined"
+    )
 
 
 def test_progress_lines_and_live_table(capsys):

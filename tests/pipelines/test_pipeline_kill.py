@@ -49,29 +49,59 @@ def test_killed_runs_converge_exactly_once(spark, tmp_path):
     assert got == fold_scd2(EVERYTHING), (SEED, story, time.monotonic() - started)
 
 
-@pytest.mark.e2e
-def test_ctrl_c_while_a_run_starts_prints_one_line_and_releases_the_lock(tmp_path):
-    """SIGINT (Ctrl-C) once the definitions are resolved, as the flows start: exit 130,
-    one line saying so (no py4j tracebacks), the lock released."""
-    config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse")}
-    spec = write_project(tmp_path, "stopped", {"feed.py": PYSPARK_SCD1}, config)
-    drop(tmp_path, "1", EVERYTHING)
-    env = child_env()
+# The feed of PYSPARK_SCD1 through a Python UDF that touches "applying" in the project
+# folder and dawdles: a marker that the first apply's jobs are running, for long enough.
+SLOW_SCD1 = PYSPARK_SCD1.replace(
+    'return spark.readStream.schema("{feed}").json("{data}")',
+    """import pathlib, time
+    from pyspark.sql import functions as F
+
+    @F.udf("bigint")
+    def applying(seq):
+        pathlib.Path("{data}/../applying").touch()
+        time.sleep(0.3)
+        return seq
+
+    return spark.readStream.schema("{feed}").json("{data}").withColumn("seq", applying("seq"))""",
+)
+INTERRUPTED = [
+    "autocdc: interrupted (Ctrl-C): every committed batch is kept; the next run goes on from there"
+]
+
+
+def _interrupted_when(tmp_path, name: str, marker: str) -> tuple[int, list[str], float]:
+    """``autocdc run --continuous`` of a new project, sent SIGINT once ``marker`` (a path
+    in its folder) exists: its exit code, the lines it printed after, and how many seconds
+    it took to exit."""
+    root = tmp_path / name
+    config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(root / "warehouse")}
+    spec = write_project(root, "stopped", {"feed.py": SLOW_SCD1}, config)
+    drop(root, "1", EVERYTHING)
     proc = subprocess.Popen(
         [sys.executable, "-m", "autocdc", "run", "--continuous", "--spec", str(spec)],
-        env=env,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert proc.stdout is not None
-    first = proc.stdout.readline()  # printed once every definition is resolved
+    deadline = time.monotonic() + 300
+    while not (root / marker).exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=600)
-    assert first.startswith("autocdc: pipeline stopped: "), first + rest
-    assert proc.returncode == 130, rest
-    assert rest.splitlines() == [
-        "autocdc: interrupted (Ctrl-C): every committed batch is kept; the next run goes on "
-        "from there"
-    ]
-    assert not (tmp_path / "storage" / "autocdc-run.lock").exists()
+    sent = time.monotonic()
+    output, _ = proc.communicate(timeout=300)
+    assert not (root / "storage" / "autocdc-run.lock").exists()
+    said = [line for line in output.splitlines() if not line.startswith("autocdc: pipeline ")]
+    said = [line for line in said if not line.startswith("autocdc: running continuously")]
+    return proc.returncode, said, time.monotonic() - sent
+
+
+@pytest.mark.e2e
+def test_ctrl_c_at_any_moment_prints_one_line_exits_130_and_releases_the_lock(tmp_path):
+    """SIGINT (Ctrl-C) as the JVM starts (pyspark's own handler must not answer it, nor
+    must the run wait for the JVM) and in the middle of the first apply of a continuous
+    run: exit 130, one line saying so (no py4j tracebacks), the lock released."""
+    code, said, seconds = _interrupted_when(tmp_path, "starting", "autocdc-logs/autocdc.log")
+    assert (code, said) == (130, INTERRUPTED)
+    assert seconds < 5, seconds  # not once the JVM is up, 10-20 s later
+    assert _interrupted_when(tmp_path, "applying", "applying")[:2] == (130, INTERRUPTED)

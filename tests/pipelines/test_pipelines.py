@@ -30,9 +30,11 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc import pipelines as dp
 from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorError
+from autocdc.engine.logs import log_file
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
-from autocdc.pipelines.execute import graph, lock
+from autocdc.pipelines.execute import graph, lock, runner
+from autocdc.pipelines.operations import overview
 from autocdc.sources.errors import TableNotFoundError
 
 
@@ -357,7 +359,8 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
 ):
     """The sample runs as created. A copy of the whole project (its checkpoints name the
     files they read by absolute path) goes on where the original stood: its checkpoints
-    are translated, the event log says so, no file is read again and a new one is. A source
+    are translated, the event log says so, no file is read again and a new one is; before
+    that, its status counts the files waiting in the copy, not in the original. A source
     moved on its own is refused with the fix, before its flows start."""
     root = scaffold.create(tmp_path / "sample")
     monkeypatch.chdir(root)
@@ -372,6 +375,14 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
     (changes / "0002.json").write_text(
         '{"id": 3, "name": "Carol", "city": "Milan", "op": "U", "seq": 7}\n'
     )
+    for name in ("0003.json", "0004.json"):  # the original's only
+        (root / "data" / "changes" / name).write_text("{}\n")
+    # Before the copy's first run its status reads the copy: one new file, not the original's.
+    waiting = overview.status(project.load(copy / "spark-pipeline.yml"))["flows"]
+    assert {f["flow"]: f["lag"]["files"] for f in waiting} == {
+        "customers": 1,
+        "customers_history_cdc": 1,
+    }
     run(spark, copy / "spark-pipeline.yml")
     expected = {(1, "Alice", "Lyon"), (3, "Carol", "Milan")}
     assert {(r.id, r.name, r.city) for r in spark.table("customers").collect()} == expected
@@ -395,18 +406,40 @@ def test_init_sample_runs_at_once_and_a_moved_copy_goes_on_where_it_was(
     assert "`autocdc run --full-refresh customers`" in str(refused.value)
 
 
+def test_kafka_offsets_a_new_broker_lacks_say_to_refresh():
+    """Spark's Kafka data-loss failure (the checkpoint is an earlier broker's: the example's
+    servers started again) becomes one error naming the full refresh, where Spark's own
+    advises failOnDataLoss, which would skip the gap silently."""
+    spark_said = RuntimeError(
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: [KAFKA_DATA_LOSS] Some "
+        "data may have been lost because they are not available in Kafka any more; ..."
+    )
+    lost = runner.data_lost(spark_said, "customers_cdc", "customers")
+    assert isinstance(lost, errors.SourceDataLostError)
+    assert lost.params == {"flow": "customers_cdc", "dataset": "customers"}
+    assert "`autocdc run --full-refresh customers`" in str(lost)
+    assert runner.data_lost(RuntimeError("[STREAM_FAILED] other"), "f", "d") is None
+
+
 def test_dry_run_resolves_and_writes_nothing(spark, tmp_path, database, monkeypatch, capsys):
+    """A dry run writes nothing; it logs in the project folder, whose warehouse is outside
+    it (as the demo's is)."""
     monkeypatch.chdir(tmp_path)  # the CLI moves into the project folder
-    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2})
-    drop(tmp_path, "1", A)
+    config = {"spark.sql.warehouse.dir": "../warehouse"}
+    project_root = tmp_path / "project"
+    spec = write_project(
+        project_root, database, {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2}, config
+    )
+    drop(project_root, "1", A)
     try:
         assert cli.main(["dry-run", "--spec", str(spec)]) == 0
     finally:
         spark.catalog.setCurrentDatabase("default")
+    assert log_file() == project_root / "autocdc-logs" / "autocdc.log"
     out = capsys.readouterr().out
     assert "4 datasets (changes, " in out and "nothing written" in out
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
-    assert not (tmp_path / "storage").exists()
+    assert not (project_root / "storage").exists()
 
 
 ORDERS_EXAMPLE = ROOT / "pipelines" / "orders"

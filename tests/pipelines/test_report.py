@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from autocdc.pipelines.operations.report_html import (
     Page,
     Quarantine,
     ReportDependencyError,
+    Timeline,
     record,
     render,
 )
@@ -279,6 +281,40 @@ def test_counts_plurals_and_plots_per_batch():
     counts = re.findall(r"<tr><td><code>(\w+)</code></td><td class=\"n\">(\d+)</td>", second)
     assert counts == [("AUTOCDC_NULL_KEY", "2"), ("AUTOCDC_MALFORMED_RECORD", "1")]
     assert re.search(r"\b1 batches\b|\b1 rows\b|\b1 reasons\b", page) is None
+
+
+def _bars_drawn(page: str) -> list[tuple[float, float]]:
+    """(x, width) of each version's bar in the page's key timeline."""
+    found = re.findall(r'<rect class="version" x="([\d.]+)" y="\d+" width="([\d.]+)"', page)
+    return [(float(x), float(width)) for x, width in found]
+
+
+def test_versions_to_scale_lag_in_steps_and_rows_merged():
+    """A key's versions at sequences 1, 3, 100 and on: drawn to scale (97 units wide is
+    97/2 times 2 units), the current one open to the right edge; a text sequence has no
+    scale: equal bars, in order. The lag holds between batches (a step, not a slope), and
+    the rows read that changed nothing by themselves have their own stack."""
+    versions = [("1", "3", ["a"]), ("3", "100", ["b"]), ("100", None, ["c"])]
+    timeline = Timeline({"id": "1"}, ["v"], versions, [])
+    batches = _batches(3, no_lag=set(), no_seconds=set())
+    flow = FlowStatus("t", "db.t", True, True, batches, None, None, timeline)
+    page = render(_page(flow))
+    (x1, w1), (x2, w2), (x3, w3) = _bars_drawn(page)
+    assert w2 / w1 == pytest.approx(97 / 2, rel=0.01) and x2 == pytest.approx(x1 + w1, abs=0.1)
+    assert x3 + w3 == pytest.approx(750, abs=0.1)  # the current version: to the right edge
+    assert "to the scale of the sequence" in page
+
+    texts = [("a", "b", ["x"]), ("b", None, ["y"])]
+    flow = FlowStatus(
+        "t", "db.t", True, True, batches, None, None, replace(timeline, versions=texts)
+    )
+    assert {w for _, w in _bars_drawn(render(_page(flow)))} == {355.0}
+
+    line = page[page.index('<g id="flow0-lag-lag_files">') :]
+    path = re.search(r'<path d="([^"]+)"', line)
+    assert path is not None and path[1].count("L") == 2 * 3 - 2  # 3 samples: 2 steps
+    # rows_in = upserted + deleted + quarantined + 1 in _batches: one grey row each
+    assert len(re.findall(r'id="flow0-rows-merged-or-stale-\d+"', page)) == 3
 
 
 def _browser_or_skip():

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from autocdc.engine.logs import LOG_FILE
 from autocdc.pipelines.errors import PipelineError
 
 SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")
@@ -91,6 +92,12 @@ class Project(BaseModel):
     @property
     def storage_path(self) -> Path:
         return self._local(self.storage, ("storage",))
+
+    @property
+    def session_conf(self) -> dict[str, str]:
+        """The session's settings: the spec's ``configuration``, and the log file in the
+        project folder (unless it names one), wherever the warehouse is."""
+        return {LOG_FILE: str(self.root / "autocdc-logs" / "autocdc.log"), **self.configuration}
 
     @property
     def warehouse(self) -> Path:

@@ -2,12 +2,15 @@
 
 pyspark's own SIGINT handler cancels the jobs through py4j from inside whatever py4j
 call the main thread was in, then raises KeyboardInterrupt there: the connection's reader
-is re-entered and some 90 lines of py4j tracebacks follow. Inside :func:`noted` the signal
-is only noted; a helper thread (on a py4j connection of its own) stops the streaming
-queries and cancels running jobs, so the main thread's call returns, and :func:`check`
-raises KeyboardInterrupt at the next point where the run can end cleanly. Stopping a
-query mid-batch is as safe as a crash there (see :mod:`autocdc.engine.commit`). Another
-Ctrl-C some seconds later raises at once.
+is re-entered and some 90 lines of py4j tracebacks follow. pyspark installs it when a
+SparkContext starts in the main thread, so :func:`start` starts the session in a helper
+thread while the main thread waits where Ctrl-C ends the run at once (the JVM's start
+takes 10-20 s). Inside :func:`noted` the signal is then only noted; a helper thread (on
+a py4j connection of its own) stops the streaming queries and cancels running jobs, so
+the main thread's call returns, and :func:`check` raises KeyboardInterrupt at the next
+point where the run can end cleanly. Stopping a query mid-batch is as safe as a crash
+there (see :mod:`autocdc.engine.commit`). Another Ctrl-C some seconds later raises at
+once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from pyspark.sql import SparkSession
@@ -50,12 +53,31 @@ def noted() -> Iterator[None]:
         _watched.clear()
 
 
-def watch(spark: SparkSession) -> None:
-    """Inside :func:`noted`: stop ``spark``'s work on Ctrl-C, and put the handler back
-    (pyspark installs its own when a session starts)."""
-    if _inside.is_set():
-        _watched[:] = [spark]
-        signal.signal(signal.SIGINT, _noted)
+def start(open_session: Callable[[], SparkSession]) -> SparkSession:
+    """The session ``open_session`` starts, watched: inside :func:`noted`, Ctrl-C stops its
+    work from then on. While it starts (in a helper thread, where pyspark installs no
+    SIGINT handler of its own) Ctrl-C raises KeyboardInterrupt here at once; the JVM, a
+    child reading a pipe from this process, ends with it."""
+    if not _inside.is_set():
+        return open_session()
+    opened: list[SparkSession | BaseException] = []
+
+    def opening() -> None:
+        try:
+            opened.append(open_session())
+        except BaseException as error:  # raised in the main thread below
+            opened.append(error)
+
+    thread = threading.Thread(target=opening, name="autocdc-session", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+        check()
+    if isinstance(opened[0], BaseException):
+        raise opened[0]
+    _watched[:] = [opened[0]]
+    check()
+    return opened[0]
 
 
 def _noted(_signum: int, _frame: FrameType | None) -> None:

@@ -55,7 +55,8 @@ def sources(df: DataFrame, root: Path) -> list[dict[str, Any]]:
     ``{"kind": "files" | "delta" | "kafka" | "other", "path": str | None}``, a Kafka
     source with its ``servers`` and ``topics`` or ``pattern`` (never its other client
     options, which may hold credentials). Relative paths are the project's (``root``), as
-    the runner has Spark resolve them."""
+    the runner has Spark resolve them; a path inside the project is also given relative
+    to it (``project_path``), so that a copied or moved project is read where it is now."""
     found: list[dict[str, Any]] = []
     leaves = df._jdf.queryExecution().analyzed().collectLeaves().iterator()
     while leaves.hasNext():
@@ -68,6 +69,8 @@ def sources(df: DataFrame, root: Path) -> list[dict[str, Any]]:
             location = _local(given.get(), root) if given.isDefined() else None
             kind = "delta" if "delta" in fmt else "files" if fmt in FILE_FORMATS else "other"
             found.append({"kind": kind, "path": str(location) if location else None})
+            if location is not None and location != root and location.is_relative_to(root):
+                found[-1]["project_path"] = str(location.relative_to(root))
         elif leaf.nodeName() == "StreamingRelationV2" and leaf.sourceName() == "kafka":
             found.append(_kafka(leaf.extraOptions()))
         elif leaf.nodeName().startswith("StreamingRelation"):
@@ -227,8 +230,24 @@ def _delta_versions(table: Path) -> list[int]:
     return sorted(int(m[1]) for p in logs.glob("*.json") if (m := _COMMIT.match(p.name)))
 
 
-def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoint: Path) -> Lag:
-    """What the sources hold beyond offsets ``ends`` (one per source, as in ``offsets``)."""
+def _moved(source: dict[str, Any], root: Path | None) -> tuple[Path, Path] | None:
+    """(where a source inside the project was recorded, where it is now) when the project
+    at ``root`` was copied or moved since (its checkpoints still name the old files)."""
+    inside = source.get("project_path")
+    if root is None or inside is None:
+        return None
+    recorded, now = Path(source["path"]), root / inside
+    return (recorded, now) if recorded != now else None
+
+
+def lag(
+    found: list[dict[str, Any]],
+    ends: list[dict[str, Any] | None],
+    checkpoint: Path,
+    root: Path | None = None,
+) -> Lag:
+    """What the sources hold beyond offsets ``ends`` (one per source, as in ``offsets``);
+    sources inside the project are read where the project is now, at ``root`` if given."""
     files = size = versions = records = None
     oldest: float | None = None
     now = time.time()
@@ -246,9 +265,15 @@ def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoi
         location = Path(source["path"]) if source["path"] else None
         if location is None:
             continue
+        moved = _moved(source, root)
+        if moved:
+            location = moved[1]
         if source["kind"] == "files":
             up_to = end["logOffset"] if end else -1
             done = _processed_files(checkpoint / "sources" / str(i), up_to)
+            if moved:  # the same files, where the project is now
+                old, new = _base(moved[0]), _base(moved[1])
+                done = {new / p.relative_to(old) if p.is_relative_to(old) else p for p in done}
             waiting = [p for p in _listing(location) if p not in done]
             stats = [p.stat() for p in waiting]
             files = (files or 0) + len(waiting)
@@ -273,6 +298,7 @@ def lag(found: list[dict[str, Any]], ends: list[dict[str, Any] | None], checkpoi
     )
 
 
-def lag_now(found: list[dict[str, Any]], checkpoint: Path) -> Lag:
-    """The lag of a flow at rest: against the last micro-batch its checkpoint committed."""
-    return lag(found, offsets(checkpoint, committed(checkpoint)), checkpoint)
+def lag_now(found: list[dict[str, Any]], checkpoint: Path, root: Path) -> Lag:
+    """The lag of a flow at rest: against the last micro-batch its checkpoint committed,
+    its sources inside the project read where the project is now (``root``)."""
+    return lag(found, offsets(checkpoint, committed(checkpoint)), checkpoint, root)

@@ -4,7 +4,9 @@ plain ``autocdc: ...`` lines a log file or CI keeps."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -42,6 +44,27 @@ def describe_lag(lag: Lag | None) -> str:
     if lag.oldest_age_seconds is not None:
         parts.append(f"oldest {lag.oldest_age_seconds:,.0f} s")
     return ", ".join(parts) or "-"
+
+
+def merged(metrics: Mapping[str, Any]) -> int:
+    """Rows of a batch (``BatchMetrics.as_dict()``) that changed nothing by themselves:
+    a later change of their key in the same batch won, an exact duplicate, a delete of a
+    key the target does not hold (kept as a tombstone). Read minus applied, stale and
+    quarantined."""
+    done = metrics["upserted"] + metrics["deleted"]
+    return max(0, metrics["rows_in"] - done - metrics["ignored_stale"] - metrics["quarantined"])
+
+
+def outcome(metrics: Mapping[str, Any]) -> str:
+    """What a batch did with its rows, in words (``BatchMetrics.as_dict()``): ``read 5
+    rows: 2 applied (2 upserted, 0 deleted), 3 merged within the batch, 0 stale, 0
+    quarantined``."""
+    upserted, deleted = metrics["upserted"], metrics["deleted"]
+    return (
+        f"read {metrics['rows_in']:,} rows: {upserted + deleted:,} applied ({upserted:,} "
+        f"upserted, {deleted:,} deleted), {merged(metrics):,} merged within the batch, "
+        f"{metrics['ignored_stale']:,} stale, {metrics['quarantined']:,} quarantined"
+    )
 
 
 def _rate(speed: float | None) -> str:

@@ -40,12 +40,16 @@ from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.engine.tuning import session_conf
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.declare.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
-from autocdc.pipelines.errors import CheckpointElsewhereError, UnknownDatasetError
+from autocdc.pipelines.errors import (
+    CheckpointElsewhereError,
+    SourceDataLostError,
+    UnknownDatasetError,
+)
 from autocdc.pipelines.execute import extraction, interrupt, lock
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.eventlog import EventLog
-from autocdc.pipelines.execute.progress import Progress
+from autocdc.pipelines.execute.progress import Progress, outcome
 from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
 
@@ -72,6 +76,17 @@ class Options:
 def qualifier(database: str | None) -> Callable[[str], str]:
     """Dataset name -> table name: unqualified names live in the spec's database."""
     return lambda name: f"{database}.{name}" if database and "." not in name else name
+
+
+def data_lost(error: BaseException, flow: str, dataset: str) -> SourceDataLostError | None:
+    """The error to raise instead of Spark's when a Kafka source's checkpoint is ahead of
+    its broker (a broker started anew): Spark's says to set ``failOnDataLoss``, which
+    would skip the gap silently, not that a full refresh starts over."""
+    said = str(error).lower()
+    signs = ("kafka_data_loss", "some data may have been lost", "some data may have been missed")
+    if not any(sign in said for sign in signs):
+        return None
+    return SourceDataLostError(flow=flow, dataset=dataset)
 
 
 def say(message: str) -> None:
@@ -160,9 +175,12 @@ class Runner:
                     query.awaitTermination()
                     interrupt.check()  # Ctrl-C stopped it, short of up to date
             except BaseException as error:
+                lost = data_lost(self.failure or error, flow.name, dataset.name)
                 self.events.write(
-                    "error", flow=flow.name, target=target, error=self.failure or error
+                    "error", flow=flow.name, target=target, error=lost or self.failure or error
                 )
+                if lost is not None:
+                    raise lost from error
                 raise
             if query is None:
                 continue
@@ -392,9 +410,9 @@ class Runner:
 
     @staticmethod
     def _log(metrics: BatchMetrics) -> None:
-        values = metrics.as_dict()
-        flow = values.pop("flow")
-        say(f"flow {flow}: " + " ".join(f"{k}={v}" for k, v in values.items()))
+        """The batch's outcome in words (``autocdc history`` has every count)."""
+        said = f"{outcome(metrics.as_dict())}; {metrics.seconds:.1f} s"
+        say(f"flow {metrics.flow}: {said} (commit {metrics.batch_id})")
 
     def _reset(self, dataset: Dataset) -> None:
         """Full refresh: drop the dataset's table (with its autocdc state and quarantine)
@@ -414,7 +432,8 @@ class Runner:
 
     def _keep_running(self, options: Options) -> None:
         """Until Ctrl-C or SIGTERM: streaming queries run on their trigger, materialized
-        views are recomputed every interval; then every query stops cleanly."""
+        views are recomputed every interval; then every query stops cleanly (and Ctrl-C
+        raises KeyboardInterrupt)."""
         stop: list[int] = []
         signal.signal(signal.SIGTERM, lambda number, _frame: stop.append(number))
         if not interrupt.active():  # a run not started by the CLI
@@ -429,8 +448,10 @@ class Runner:
                     if error is None:
                         continue
                     cause = self.failure or error
-                    ours = raised_in_worker(cause)
+                    ours = raised_in_worker(cause) or data_lost(cause, flow.name, dataset.name)
                     self.events.write("error", flow=flow.name, target=target, error=ours or cause)
+                    if isinstance(ours, SourceDataLostError):
+                        raise ours from error
                     if not isinstance(ours, DebeziumSchemaChangedError):
                         raise error
                     self.failure = None
@@ -442,6 +463,7 @@ class Runner:
         for flow, _dataset, target, query in self.queries:
             query.stop()
             self._stopped(flow.name, target)
+        interrupt.check()  # Ctrl-C exits 130 here too, as at any other moment
         say("stopped")
 
     def _restart(self, flow: Flow, dataset: Dataset, options: Options) -> StreamingQuery:

@@ -166,7 +166,11 @@ def status(project: Project) -> dict[str, Any]:
     )
     for row in flows or []:
         found = json.loads(row["source_position"]) if row["source_position"] else []
-        lag = pos.lag_now(found, project.checkpoint(row["flow"])) if found else pos.Lag()
+        lag = (
+            pos.lag_now(found, project.checkpoint(row["flow"]), project.root)
+            if found
+            else pos.Lag()
+        )
         batched = row["batch_id"] is not None
         tombstones = json.loads(row["metrics"])["tombstones_live"] if batched else None
         fell_back = {

@@ -100,7 +100,7 @@ def main_report(args: argparse.Namespace) -> int:
     out = args.out.resolve()  # before anything changes the working directory
     try:
         spec = projects.load(args.spec or projects.find_spec(Path.cwd()))
-        spark = spark_session(warehouse=spec.warehouse, conf=spec.configuration)
+        spark = spark_session(warehouse=spec.warehouse, conf=spec.session_conf)
         index = write_report(spark, spec, out, dict(args.key))
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 ROW_CHARS = 2000
 # Up to this many bars, each is labelled with its value; beyond, the labels would collide.
 LABELLED_BARS = 24
-ROW_COLORS = ["#4a78b5", "#e0a030", "#c0392b"]  # upserted, deleted, quarantined
+# upserted, deleted, quarantined, merged within the batch or stale
+ROW_COLORS = ["#4a78b5", "#e0a030", "#c0392b", "#c8c8c8"]
 # Local times on the x axis, e.g. 09:05 under an offset of 2026-11-30, or 30 Nov at midnight.
 TIME_FORMATS = {
     "formats": ["%Y", "%b %Y", "%d %b", "%H:%M", "%H:%M", "%H:%M:%S"],
@@ -122,7 +123,9 @@ LAG_CAPTION = (
 )
 ROWS_CAPTION = (
     "Rows each batch upserted, deleted and quarantined (the number above a bar: rows "
-    "applied, upserted plus deleted); the black tick: rows read."
+    "applied, upserted plus deleted); in grey, the rows read that changed nothing by "
+    "themselves: merged within the batch (a later change of their key won, a duplicate, "
+    "a delete of a key the target does not hold) or stale; the black tick: rows read."
 )
 # No script, no fetch of anything: inline SVG and the inline style only.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -260,6 +263,10 @@ def _rows_plot(gid: str, batches: list[Batch]) -> str:
         "deleted": [b.deleted or 0 for b in batches],
         "quarantined": [b.quarantined or 0 for b in batches],
     }
+    stacks["merged or stale"] = [
+        max(0, (b.rows_in or 0) - sum(values[i] for values in stacks.values()))
+        for i, b in enumerate(batches)
+    ]
     applied = [f"{u + d:,}" for u, d in zip(stacks["upserted"], stacks["deleted"], strict=True)]
 
     def plot(axes: Axes) -> None:
@@ -327,11 +334,14 @@ def _line(
     axes: Axes, gid: str, points: list[tuple[datetime, float]], scale: float, color: str,
     label: str,
 ) -> list[Line2D]:  # fmt: skip
-    """A line with a marker per point, its last value written beside it."""
+    """A step line with a marker per point (a value holds until the next batch's: a
+    sloped line would invent values between two samples minutes apart), its last value
+    written beside it."""
     if not points:
         return []
     xs, ys = [t for t, _ in points], [v / scale for _, v in points]
-    (line,) = axes.plot(xs, ys, marker="o", ms=3.5, color=color, label=label, gid=gid)
+    (line,) = axes.plot(xs, ys, marker="o", ms=3.5, color=color, label=label, gid=gid,
+                        drawstyle="steps-post")  # fmt: skip
     last = f"{ys[-1]:,.0f}" if scale == 1 else f"{ys[-1]:,.1f}"
     axes.annotate(last, (xs[-1], ys[-1]), xytext=(4, 4), textcoords="offset points",
                   fontsize=8, color=color)  # fmt: skip
@@ -350,7 +360,7 @@ def _bars(
     for (name, values), color in zip(stacks.items(), colors, strict=False):
         bars = axes.bar(times, values, width, bottom=tops, color=color, label=name)
         for i, bar in enumerate(bars):
-            bar.set_gid(f"{gid}-{name}-{i}")
+            bar.set_gid(f"{gid}-{name.replace(' ', '-')}-{i}")
         tops = [top + value for top, value in zip(tops, values, strict=True)]
     return tops
 
@@ -526,37 +536,85 @@ def _timeline(timeline: Timeline | None) -> list[str]:
     return parts
 
 
+def _on_scale(texts: list[str | None]) -> list[float | None] | None:
+    """Sequence values as numbers (numbers, or ISO dates and times as seconds), None for
+    an open end; None when any is neither (a string sequence has no scale)."""
+    values: list[float | None] = []
+    for text in texts:
+        if text is None:
+            values.append(None)
+            continue
+        try:
+            values.append(float(text))
+        except ValueError:
+            try:
+                values.append(datetime.fromisoformat(text).timestamp())
+            except ValueError:
+                return None
+    return values
+
+
+def _spans(versions: list[tuple[str | None, str | None, list[str | None]]]) -> tuple[
+    list[tuple[float, float]], bool
+]:  # fmt: skip
+    """Each version's (start, end) as fractions of the plot's width, and whether they are
+    to scale: by sequence value when the sequence is a number or a time (an open end runs
+    to the right edge), else one equal slot per version, in order."""
+    starts = _on_scale([start for start, _, _ in versions])
+    ends = _on_scale([end for _, end, _ in versions])
+    if starts is not None and ends is not None and None not in starts:
+        known = [v for v in [*starts, *ends] if v is not None]
+        low, high = min(known), max(known)
+        if high > low:
+            right = high + (high - low) * 0.15  # room for the open end of a current version
+            width = right - low
+            return [
+                ((s - low) / width, ((right if e is None else e) - low) / width)
+                for s, e in zip(starts, ends, strict=True)
+                if s is not None
+            ], True
+    slot = 1 / len(versions)
+    return [(i * slot, (i + 1) * slot) for i in range(len(versions))], False
+
+
 def _timeline_svg(versions: list[tuple[str | None, str | None, list[str | None]]]) -> str:
-    """One bar per version, in sequence order (ordinal, since a sequence may be any type):
-    open-ended and green while current, red-ended where the key was deleted."""
+    """One bar per version, to the scale of the sequence when it has one (see
+    :func:`_spans`): open-ended and green while current, red-ended where the key was
+    deleted."""
     width, left, row = 760, 40, 30
-    span = (width - left - 10) / len(versions)
+    usable = width - left - 10
+    spans, scaled = _spans(versions)
     height = row * len(versions) + 10
     out = [
         f'<figure class="plot" data-plot="timeline"><svg xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
         "<title>Versions of the key, oldest first</title>"
     ]
-    for i, (start, end, _) in enumerate(versions):
+    for i, ((start, end, _), (begin, finish)) in enumerate(zip(versions, spans, strict=True)):
         following = versions[i + 1][0] if i + 1 < len(versions) else None
         current, deleted = end is None, end is not None and end != following
-        x, y = left + i * span, 5 + i * row
+        x, y, span = left + begin * usable, 5 + i * row, max((finish - begin) * usable, 3.0)
         fill = "#2e8b57" if current else "#4a78b5"
         label = f"{_text(start)} → {'current' if current else _text(end)}"
+        inside = span >= 7 * len(label) + 8  # else written after the bar, in black
+        tx, color = (x + 4, "#fff") if inside else (x + span + 4, "#222")
+        if not inside and tx + 7 * len(label) > width:  # no room after it: before it
+            tx = x - 4 - 7 * len(label)
         out.append(
             f'<text x="4" y="{y + 19}" font-size="12">v{i + 1}</text>'
             f'<rect class="version" x="{x:.1f}" y="{y}" width="{span:.1f}" height="{row - 6}" '
             f'fill="{fill}" rx="3"/>'
-            f'<text x="{x + 4:.1f}" y="{y + 17}" font-size="11" fill="#fff">{escape(label)}</text>'
+            f'<text x="{tx:.1f}" y="{y + 17}" font-size="11" fill="{color}">{escape(label)}</text>'
         )
         if deleted:
             out.append(
                 f'<rect x="{x + span - 5:.1f}" y="{y}" width="5" height="{row - 6}" fill="#c0392b">'
                 "<title>deleted here</title></rect>"
             )
+    scale = "to the scale of the sequence" if scaled else "in order (the sequence has no scale)"
     out.append(
-        "</svg><figcaption>Each bar is a version, from its __START_AT to its __END_AT "
-        "(green: current; red end: the key was deleted).</figcaption></figure>"
+        "</svg><figcaption>Each bar is a version, from its __START_AT to its __END_AT, "
+        f"{scale} (green: current; red end: the key was deleted).</figcaption></figure>"
     )
     return "".join(out)
 
