@@ -16,6 +16,7 @@ the medians; checks that both targets hold the same rows at the end.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import shutil
 import statistics
@@ -82,19 +83,18 @@ def pair(
         kind = "load" if i == 0 else ("large" if i <= large else "small")
         order = ["new", "base"] if i % 2 == 0 else ["base", "new"]
         seconds: dict[str, float] = {}
-        steps: dict[str, float] = {}
+        steps: dict[str, str] = {}
         for name in order:
             seconds[name], metrics = timed(
                 lambda f=flows[name], p=path: f.apply(spark.read.parquet(str(p)))
             )
-            if name == "new":
-                steps = metrics.steps
+            steps[name] = " ".join(f"{k} {v:.2f}" for k, v in metrics.steps.items())
         ratio = seconds["new"] / seconds["base"]
         ratios.setdefault(kind, []).append(ratio)
-        shown = " ".join(f"{k} {v:.2f}" for k, v in steps.items())
         print(
             f"scd{scd_type} {kind:5} batch {i}: new {seconds['new']:.2f} s, "
-            f"base {seconds['base']:.2f} s, new/base {ratio:.3f}  [{shown}]",
+            f"base {seconds['base']:.2f} s, new/base {ratio:.3f}\n"
+            f"    new  [{steps['new']}]\n    base [{steps['base']}]",
             flush=True,
         )
     for kind, values in ratios.items():
@@ -120,9 +120,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=4, help="then batches of 100 changes")
     parser.add_argument("--scd", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--work", type=Path, default=Path("/tmp/autocdc-ab"))
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=INT",
+        help="the new engine only: an integer setting of an engine module, e.g. "
+        "commit.FOLD_EVERY=4 (to try a value without a commit)",
+    )
     args = parser.parse_args(argv)
     shutil.rmtree(args.work, ignore_errors=True)
     base = export_engine(args.base, Path(tempfile.mkdtemp(prefix="autocdc-ab-")))
+    for setting in args.set:
+        name, _, value = setting.partition("=")
+        module, _, attribute = name.rpartition(".")
+        setattr(importlib.import_module(f"autocdc.engine.{module}"), attribute, int(value))
     spark = autocdc.spark_session(warehouse=args.work / "warehouse")
     w = Workload(args.rows, args.batch, args.batches, tail_batches=args.small, tail_rows=100)
     load, batches = write(spark, w, args.work / "data")

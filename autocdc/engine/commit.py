@@ -67,7 +67,7 @@ _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 # once their redo files take this many bytes (a batch reads them all, without Delta's
 # statistics), whichever comes first.
 FOLD_EVERY = 8
-FOLD_BYTES = 64 << 20
+FOLD_BYTES = 8 << 20
 _HISTORY = 100  # target commits searched for a raced batch's token
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()

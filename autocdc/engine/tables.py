@@ -8,7 +8,8 @@ A flow owns three Delta tables, side by side in the warehouse:
 * ``<target>__autocdc_quarantine`` rows that could not be applied, with a reason;
 
 and a plain folder, ``<target>__autocdc_redo``, where a batch's state rows wait for its
-target commit (see :mod:`autocdc.engine.commit`).
+target commit, then, pending, for the next fold into the state table (see
+:mod:`autocdc.engine.commit`).
 """
 
 from __future__ import annotations
