@@ -57,6 +57,7 @@ from pyspark.sql.types import StructType
 
 from autocdc.engine import tables, tuning
 from autocdc.engine.errors import RedoMissingError
+from autocdc.engine.faults import crash_point
 from autocdc.engine.tables import CONFLICTS, LostRace
 
 REDO_SUFFIX = "__autocdc_redo"
@@ -402,6 +403,7 @@ def fold(spark: SparkSession, stored: Stored, schema: StructType) -> Stored:
         _append(spark, names.state, rows, names, newest)
     except CONFLICTS:
         return stored
+    crash_point("after_fold")  # folded, its folders still there: the next catch-up skips them
     for folder in _redo_folders(names.redo_root(spark)):
         if _batch_of(folder) <= stored.folded:
             shutil.rmtree(folder, ignore_errors=True)

@@ -99,9 +99,11 @@ class BatchFailedError(SourceError):
 
 class PlanFailedError(BatchFailedError):
     """A query the run's batches depend on (a ``limit``'s edge) failed for good: the run
-    cannot know what to read, so it reads nothing. Of the same class as a failed batch:
-    the run failed for the database's sake, and the checkpoint stands."""
+    cannot know what to read, so it reads nothing. A kind of failed batch (``except
+    BatchFailedError`` catches it): the run failed for the database's sake, and the
+    checkpoint stands."""
 
+    error_class = "AUTOCDC_EXTRACT_PLAN_FAILED"
     template = (
         "The {query} of extraction source `{source}` (WHERE {where}) failed {attempts} "
         "times, before any batch was read; the last error: {error}. Nothing was applied and "

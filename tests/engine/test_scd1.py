@@ -446,3 +446,23 @@ def test_a_state_table_of_the_old_format_is_refused(spark, new_table):
         users_flow(target).apply(spark.createDataFrame(EXAMPLE[2:], SCHEMA))
     assert raised.value.params == {"table": state, "found": "1", "expected": "2"}
     assert_target(spark, target, [(124, "Raul", "Oaxaca"), (123, "Isabel", "Monterrey")])
+
+
+def test_a_state_table_holding_every_batch_keeps_working(spark, new_table, monkeypatch):
+    """Targets written before the state was kept pending: every batch appended to the
+    state table, no redo folder left. The next batches read it as it is (nothing pending)
+    and keep their own state pending."""
+    target = new_table("every_batch_folded")
+    flow = users_flow(target)
+    late_first = sorted(EXAMPLE, key=lambda r: -r[4])
+    monkeypatch.setattr(commit, "FOLD_EVERY", 1)  # as before: each batch into the table
+    for row in late_first[:4]:
+        flow.apply(spark.createDataFrame([row], SCHEMA))
+    commit.drop_redo(spark, flow._names)
+    committed = spark.table(flow.state_table).where("__autocdc_kind = 'M'").count()
+    monkeypatch.undo()
+    for row in late_first[4:] + EXAMPLE[:2]:  # pending, and two replays
+        users_flow(target).apply(spark.createDataFrame([row], SCHEMA))
+    assert_target(spark, target, EXPECTED)
+    assert spark.table(flow.state_table).where("__autocdc_kind = 'M'").count() == committed
+    assert list(flow._names.redo_root(spark).iterdir())  # the new batches' state: pending

@@ -560,7 +560,7 @@ def test_timed_out_queries_are_retried_and_a_lag_lookup_that_keeps_failing_only_
     is sent again and the run reads as if none had been. A lag lookup canceled on every
     attempt leaves the run's lag unknown (status's record, the event log's position) and
     the run goes on; an edge canceled on every attempt fails the run with
-    AUTOCDC_EXTRACT_BATCH_FAILED in the database's words, and the checkpoint stays. What
+    AUTOCDC_EXTRACT_PLAN_FAILED in the database's words, and the checkpoint stays. What
     the runs read, upserted by key, equals the table once they caught up."""
     pg.execute(
         "CREATE TABLE busy (id int PRIMARY KEY, at int, deleted boolean DEFAULT false);"
@@ -611,7 +611,7 @@ def test_timed_out_queries_are_retried_and_a_lag_lookup_that_keeps_failing_only_
     with pytest.raises(PlanFailedError) as failed:
         run()
     assert isinstance(failed.value, BatchFailedError)
-    assert failed.value.error_class == "AUTOCDC_EXTRACT_BATCH_FAILED"
+    assert failed.value.error_class == "AUTOCDC_EXTRACT_PLAN_FAILED"
     assert failed.value.params["attempts"] == 2 and failed.value.params["where"] == '"at" > %s'
     assert "canceling statement due to statement timeout" in failed.value.params["error"]
     assert (step.checkpoints / FILE).read_bytes() == stored

@@ -267,7 +267,7 @@ def test_timed_out_queries_are_retried_and_a_lag_lookup_that_keeps_failing_only_
     batch's ``partition_column`` range, the read) meets a locked database once and times
     out: each is sent again and the run reads as if nothing had happened. A lag lookup
     that times out on every attempt leaves the lag unknown and the run goes on; an edge
-    that does fails the run with AUTOCDC_EXTRACT_BATCH_FAILED, the checkpoint kept."""
+    that does fails the run with AUTOCDC_EXTRACT_PLAN_FAILED, the checkpoint kept."""
     db = tmp_path / "busy.db"
     url = _db(
         db,
@@ -310,7 +310,7 @@ def test_timed_out_queries_are_retried_and_a_lag_lookup_that_keeps_failing_only_
     timeouts.inject(edge=2)
     with pytest.raises(PlanFailedError) as failed:
         run()
-    assert failed.value.error_class == "AUTOCDC_EXTRACT_BATCH_FAILED"
+    assert failed.value.error_class == "AUTOCDC_EXTRACT_PLAN_FAILED"
     assert failed.value.params["attempts"] == 2 and "SQLITE_BUSY" in failed.value.params["error"]
     assert (step.checkpoints / FILE).read_bytes() == stored
 
