@@ -22,8 +22,6 @@ from changes import EVERYTHING, A, B, C, rows
 from processes import run_worker
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd1_groups, fold_scd2
 
-from autocdc.engine import commit
-
 # Heavy explorations (more kill chains) run only with AUTOCDC_HYPOTHESIS=dev.
 explore = pytest.mark.skipif(
     os.environ.get("AUTOCDC_HYPOTHESIS") != "dev", reason="exploration: AUTOCDC_HYPOTHESIS=dev"
@@ -60,16 +58,15 @@ def test_killed_applies_converge(spark, tmp_path):
 
 @pytest.mark.e2e
 def test_a_kill_after_a_fold_converges(spark, tmp_path):
-    """Eight batches (the eighth folds the pending state into the state table), killed
-    after the fold's append, before its folders are removed; then the other changes and
-    the eighth batch again: the reference fold of every change. (The fold is the same
-    for SCD type 2's log.)"""
+    """Folding every second batch: killed after a fold's append, before its folders are
+    removed; then the other changes and the killed batch again: the reference fold of
+    every change. (The fold is the same for SCD type 2's log.)"""
     target = "killed_fold"
-    singles = [rows([change]) for change in EVERYTHING]
-    first, rest = singles[: commit.FOLD_EVERY], singles[commit.FOLD_EVERY :]
+    first, second = rows(EVERYTHING[:5]), rows(EVERYTHING[5:10])  # each commits
+    batches = [first, second]
     codes = [
-        run_worker(tmp_path, target, {"batches": first}, "after_fold"),
-        run_worker(tmp_path, target, {"batches": [*rest, first[-1]]}, None),
+        run_worker(tmp_path, target, {"batches": batches, "fold_every": 2}, "after_fold"),
+        run_worker(tmp_path, target, {"batches": [rows(EVERYTHING[10:]), second]}, None),
     ]
     assert codes == [-signal.SIGKILL, 0]
     table = spark.read.format("delta").load(str(tmp_path / target))

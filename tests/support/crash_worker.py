@@ -4,7 +4,8 @@ Usage: python crash_worker.py WAREHOUSE TARGET ROWS_JSON SCD_TYPE  (env AUTOCDC_
 AUTOCDC_TEST_COLLECT=1 also runs ``collect_tombstones`` after every batch)
 
 ROWS_JSON is one batch (a list of rows) or ``{"batches": [batch, ...]}``: several batches
-applied in turn by one process, the crash point armed for the last one only. A ``"before":
+applied in turn by one process, the crash point armed for the last one only (with
+``"fold_every": n``, the pending state folded every n batches). A ``"before":
 {"target": ..., "scd_type": ..., "batches": [...]}`` entry is applied in full first, to its
 own target: one process (one Spark start) then serves two kill chains. ``{"snapshot": rows}``
 instead runs an ``AutoCdcSnapshotFlow`` over a view of those rows (id, a, b: a source
@@ -29,6 +30,7 @@ from pyspark.sql import SparkSession
 from sparkconf import SUBPROCESS_CONF
 
 import autocdc
+from autocdc.engine import commit
 from autocdc.engine.faults import CRASH_ENV
 
 SCHEMA = "id int, a string, b int, op string, seq long"
@@ -104,6 +106,8 @@ def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
         run_snapshot(spark, target, int(scd_type), payload["snapshot"], crash_at)
         return
     batches = payload["batches"] if isinstance(payload, dict) else [payload]
+    if isinstance(payload, dict) and "fold_every" in payload:
+        commit.FOLD_EVERY = int(payload["fold_every"])
     before = payload.get("before") if isinstance(payload, dict) else None
     if before:
         apply_all(spark, before["target"], int(before["scd_type"]), before["batches"])

@@ -75,9 +75,13 @@ def start(open_session: Callable[[], SparkSession]) -> SparkSession:
         check()
     if isinstance(opened[0], BaseException):
         raise opened[0]
-    _watched[:] = [opened[0]]
+    spark = opened[0]
+    # The JVM keeps the active session per thread: make it this thread's too (Delta's
+    # catalog resolves tables through it).
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    _watched[:] = [spark]
     check()
-    return opened[0]
+    return spark
 
 
 def _noted(_signum: int, _frame: FrameType | None) -> None:
