@@ -96,14 +96,20 @@ class HandScd2(Floor):
             .drop("_rn")
         )
         values = [c for c in latest.columns if c not in (KEY, SEQ, OP)]
-        differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values)
+
+        def differs(old: str) -> str:
+            return " OR ".join(f"NOT ({old}.`{c}` <=> s.`{c}`)" for c in values)
+
         target = DeltaTable.forPath(batch.sparkSession, str(self.path))
-        current = target.toDF().where(F.col(END_AT).isNull()).alias("t")
+        # Read anew (not ``target.toDF()``): the MERGE's source must not share its
+        # attributes with the target's plan.
+        versions = batch.sparkSession.read.format("delta").load(str(self.path))
+        current = versions.where(F.col(END_AT).isNull()).alias("cur")
         # The new version of a key whose current one it replaces: inserted (no merge key).
         opening = (
             latest.alias("s")
-            .join(current, KEY)
-            .where(f"s.{OP} != 'D' AND ({differs})")
+            .join(current, F.col(f"s.{KEY}") == F.col(f"cur.{KEY}"))
+            .where(f"s.{OP} != 'D' AND ({differs('cur')})")
             .select(F.lit(None).cast("long").alias("_mergekey"), "s.*")
         )
         staged = opening.unionByName(latest.select(F.col(KEY).alias("_mergekey"), "*"))
@@ -111,7 +117,9 @@ class HandScd2(Floor):
         (
             target.alias("t")
             .merge(staged.alias("s"), f"t.{KEY} = s._mergekey AND t.{END_AT} IS NULL")
-            .whenMatchedUpdate(condition=f"s.{OP} = 'D' OR {differs}", set={END_AT: f"s.{SEQ}"})
+            .whenMatchedUpdate(
+                condition=f"s.{OP} = 'D' OR {differs('t')}", set={END_AT: f"s.{SEQ}"}
+            )
             .whenNotMatchedInsert(
                 condition=f"s.{OP} != 'D'",
                 values={**inserted, START_AT: f"s.{SEQ}", END_AT: "NULL"},
@@ -197,17 +205,23 @@ class AutoCdc:
         return spark.table(self.flow.target)
 
     def snapshot_bytes(self, spark: SparkSession) -> dict[str, int]:
-        """Target, state and (once something was quarantined) quarantine table sizes."""
+        """Target, state and (once something was quarantined) quarantine table sizes, and
+        the pending state's files."""
         tables = {
             "target": self.flow.target,
             "state": self.flow.state_table,
             "quarantine": self.flow.quarantine_table,
         }
-        return {
+        sizes = {
             role: _delta_bytes(spark, name)
             for role, name in tables.items()
             if spark.catalog.tableExists(name)
         }
+        # The state rows not yet folded into the state table (and those of the last fold,
+        # which the next one removes).
+        redo = self.warehouse / f"{self.flow.target}__autocdc_redo"
+        sizes["pending"] = sum(p.stat().st_size for p in redo.rglob("*.parquet"))
+        return sizes
 
 
 @dataclass
