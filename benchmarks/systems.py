@@ -25,6 +25,12 @@ def _delta_bytes(spark: SparkSession, table: str) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["sizeInBytes"])
 
 
+def latest_per_key(batch: DataFrame) -> DataFrame:
+    """Each key's change of the greatest sequence in the batch (arrival order trusted)."""
+    newest = Window.partitionBy(KEY).orderBy(F.desc(SEQ))
+    return batch.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1").drop("_rn")
+
+
 @dataclass
 class Floor:
     warehouse: Path
@@ -41,14 +47,7 @@ class Floor:
         snapshot.drop(SEQ, OP).write.format("delta").mode("overwrite").save(str(self.path))
 
     def apply(self, batch: DataFrame) -> None:
-        latest = (
-            batch.withColumn(
-                "_rn", F.row_number().over(Window.partitionBy(KEY).orderBy(F.desc(SEQ)))
-            )
-            .where("_rn = 1")
-            .drop("_rn")
-        )
-        self.merge(latest)
+        self.merge(latest_per_key(batch))
 
     def merge(self, changes: DataFrame) -> None:
         """One MERGE of changes with one row per key (``op`` 'D' deletes)."""
@@ -88,13 +87,7 @@ class HandScd2(Floor):
         versions.write.format("delta").mode("overwrite").save(str(self.path))
 
     def apply(self, batch: DataFrame) -> None:
-        latest = (
-            batch.withColumn(
-                "_rn", F.row_number().over(Window.partitionBy(KEY).orderBy(F.desc(SEQ)))
-            )
-            .where("_rn = 1")
-            .drop("_rn")
-        )
+        latest = latest_per_key(batch)
         values = [c for c in latest.columns if c not in (KEY, SEQ, OP)]
 
         def differs(old: str) -> str:
