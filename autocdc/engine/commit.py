@@ -248,9 +248,10 @@ def commit_target(
     target) or, with neither, nothing, as the batch's commit point.
 
     Returns the MERGE's row counts (none for an append). Raises :class:`LostRace` when
-    another writer committed this batch id first, after removing this attempt's redo:
-    the caller recomputes against the new state (if the commit was ours after all, the
-    next :func:`catch_up` finds it through the token, and the redo is gone: it says so)."""
+    another writer committed this batch id first: the caller recomputes against the new
+    state. The redo stays: if the commit was ours after all (an append whose commit a
+    faster writer's hid from ``history(1)``), :func:`catch_up` finds it by its token; a
+    loser's is removed there once the batch's winner is known."""
     token = f"autocdc:{redo.batch}:{redo.token}"
     try:
         with _transaction(spark, names.app_id, redo.batch, token):
@@ -268,7 +269,6 @@ def commit_target(
         last = tables.delta_table(spark, names.target).history(1).collect()
         result = [] if not last or last[0].userMetadata != token else [None]
     if not result:  # Delta skipped the write: this batch id is taken
-        shutil.rmtree(redo.folder, ignore_errors=True)
         raise LostRace(f"batch {redo.batch} of {names.target} was committed by another writer")
     return result[0].asDict() if result[0] is not None else {}
 
