@@ -1,9 +1,8 @@
 """A class-data-sharing archive of the classes a session loads, made once per virtualenv.
 
 A JVM that starts a session and applies its first batches loads some 20,000 classes from
-~300 jars, parsing and verifying each. Mapped from an archive instead, they cost 3-7 s
-less of every start here (a session and two batches: 23.7 -> 19.6 s, 27.3 -> 24.5 s,
-30.8 -> 23.5 s, pairs run in turn on one machine): every ``autocdc run``, every job.
+~300 jars, parsing and verifying each. Mapped from an archive instead, they take
+seconds off every start: every ``autocdc run``, every job.
 
 ``python -m autocdc.engine.archive`` (``make setup``, after the jars) makes it: a session of
 its own applies a few small batches (SCD type 1 and 2, in a streaming query), then its JVM

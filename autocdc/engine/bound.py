@@ -43,14 +43,13 @@ from autocdc.engine.stage import col
 
 # Up to this many keys a batch's bound lists them. A list prunes no more files than the
 # range (Delta, and Parquet beyond 10 values, test only its ends); it only filters rows
-# exactly before the join, and each literal costs a Py4J call when the bound is built
-# (measured 0.65-1.3 ms a value on the loaded 2-core machine: 2,000 values took 1.3-2.6 s).
+# exactly before the join, and each literal costs a Py4J call (about a millisecond) when
+# the bound is built.
 MAX_IN_LIST = 200
 # Up to this many values a column's list is also spelt as ORed equalities, each of which
-# Delta tests against a file's min/max. Into 10M rows clustered by key in 256 files, 10
-# keys' equalities kept 8 files and took the batch from 8.8 s to 6.1 s; 100 keys' kept 64
-# and cost 9.7 s against the bare list's 7.5 s (and 13.6 s with no list in front of them),
-# so longer lists skip no files.
+# Delta tests against a file's min/max. Into a table clustered by key, a few keys'
+# equalities skip most files and shorten the batch; a hundred keys' skip no more files
+# than the list and cost more than it, so longer lists are not spelt out.
 MAX_EQUALITIES = 32
 # A batch whose source Spark estimates below this many bytes lists its keys in the stage's
 # counts (Parquet of up to a few thousand rows: a set of that many keys costs nothing),

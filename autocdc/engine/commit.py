@@ -141,15 +141,14 @@ def warming(spark: SparkSession, names: list[str]) -> Iterator[None]:
     """Tables ``names``' snapshots rebuilt in a background thread while the block runs.
 
     Delta rebuilds a table's snapshot state (its file list: a Spark job and the driver's
-    time to plan it, 0.5-1.2 s) the first time a new version is read, and a batch reads
+    time to plan it, most of a second) the first time a new version is read, and a batch reads
     two tables that the batch before it committed: the state (the plan) and the target
     (the MERGE). Rebuilt beside the stage and the plan, which leave a core idle while
-    the driver plans, a batch's own reads find them ready: 100k changes into 1M rows
-    took 0.89-0.97x the time, 100-change batches 0.92-0.99x (SCD1 and SCD2, paired).
-    The rebuild runs in a session of its own, interpreted: a batch into a large table
-    switches its own session to compiled expressions meanwhile (``tuning.fit_to_size``),
-    under which a rebuild took twice as long (0.35-0.7 s against 0.2-0.35 s per table
-    after a batch into 1M rows). Delta keeps a table's snapshot per path, whichever
+    the driver plans, a batch's own reads find them ready (large and small batches
+    alike take a few percent less time, paired). The rebuild runs in a session of its
+    own, interpreted: a batch into a large table switches its own session to compiled
+    expressions meanwhile (``tuning.fit_to_size``), under which a rebuild takes about
+    twice as long. Delta keeps a table's snapshot per path, whichever
     session rebuilt it. The thread ends before the block does; a failure here is left
     to the batch's own read of that table to report."""
     session = _warming_session(spark)

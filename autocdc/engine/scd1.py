@@ -409,8 +409,8 @@ def merge(
     ``keys_bound`` (theirs), so that Delta skips the files that cannot hold them.
 
     Unless the target is partial, no clause reads the target's values: a clause that
-    does makes Delta read every column of every file the MERGE touches (100 changes into
-    1M rows: 2.8-4.5 s instead of 2.2-2.6 s). The ``ties`` upserts that tie the stored
+    does makes Delta read every column of every file the MERGE touches, which makes a
+    small batch into a large table markedly slower. The ``ties`` upserts that tie the stored
     winner's sequence are settled before it (:func:`_settle_ties`), and an upsert whose
     values equal the row's is written anyway, the same row again."""
     keys, values = layout.key_names, layout.value_names
@@ -593,7 +593,7 @@ def _loaded(batch: Batch, layout: st.Layout, touched: DataFrame) -> Plan:
     empty, so each change is its key's first and changes the state, an upsert inserts and
     a delete leaves a tombstone. The counts follow from the batch's: ``touched`` (a
     projection of the cached batch, read by the redo and the append) is not read to count
-    it (a 10M-row load's plan step: 3.5 s with that pass, 1.5 s without). Its rows are
+    it (that pass would double a large load's plan step). Its rows are
     appended, no MERGE."""
     keyed, deletes = batch.counts.keyed, batch.counts.deletes
     stats = {

@@ -216,7 +216,7 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
 def _opened(layout: st.Layout, rows: DataFrame, types: dict[str, DataType]) -> DataFrame:
     """The versions of keys that logged nothing and take one new change each (``rows``):
     an upsert opens its key's first version, a delete writes nothing. A plain projection:
-    the general expression of :func:`_continued` took 7 s of a 2M-row initial load."""
+    the general expression of :func:`_continued` is costly over a large initial load."""
     opened = rows.where(col(st.LIVE)).withColumns(
         {START_AT: col(st.UPS), END_AT: F.lit(None).cast(layout.sequence)}
     )

@@ -2,12 +2,10 @@
 
 A micro-batch is a few rows through a dozen small queries, most of them Delta's (its log
 replay, the MERGE's phases). Into a small table, generating and compiling code for the
-projections outside whole-stage code cost more CPU than the rows: interpreted, 5 changes
-into a small table took 3.1 s a batch instead of 4.2 s, and the quick benchmark's SCD1
-batch 4.6 s instead of 5.7 s (one machine, medians). Into a large one it is the other
-way round: the MERGE runs its clauses over every row of the files it touches, and
-interpreted they doubled it (100 changes into 1M rows: 7.1 s instead of 3.8 s; an SCD1
-batch of 100k changes 23.8 s instead of 20.9 s). So a batch whose state and changes
+projections outside whole-stage code cost more CPU than the rows: interpreted, a small
+batch into a small table takes about a quarter less time. Into a large one it is the
+other way round: the MERGE runs its clauses over every row of the files it touches, and
+interpreted they take about twice as long. So a batch whose state and changes
 hold ``COMPILED_FROM_ROWS`` rows or more runs with Spark's default (:func:`fit_to_size`).
 The one query that reads the whole batch before its size is known, the stage's counts,
 runs compiled on a flow's first batch, which may be an initial load, and on a batch whose
@@ -18,8 +16,8 @@ in bytes cost a second a batch (Delta reconstructs the snapshot's state to sum i
 Whole-stage code generation stays on throughout.
 
 The stage caches each batch (it is read several times) without compressing the cache:
-Spark's columnar cache compresses by default, so caching a 2M-row batch took
-3.3-3.5 s instead of 1.2-1.3 s; the cache lives for one batch.
+Spark's columnar cache compresses by default, which makes caching a large batch about
+three times slower; the cache lives for one batch.
 
 Only for the engine's queries, not as a session default: Spark 4.2's interpreted
 projections have a corner the tests found (``spark.catalog.listTables`` fails with
@@ -87,10 +85,10 @@ def staging(
 ) -> AbstractContextManager[None]:
     """Inside :func:`engine_settings`, for the stage's counts (the pass that caches the
     batch before its size is known): compiled on a flow's first batch (``stored_rows``
-    0), which may be an initial load of any size (interpreted, a 2M-row first batch spent
-    8.3 s there instead of 4.4 s), and for a source estimated at ``COMPILED_FROM_BYTES``
+    0), which may be an initial load of any size (interpreted, a large first batch spends
+    about twice as long there), and for a source estimated at ``COMPILED_FROM_BYTES``
     or more (``source_bytes``, see :func:`estimated_bytes`); other batches keep the
-    engine's setting (compiled, 100-change batches into 20k rows took 6% longer)."""
+    engine's setting (compiled, small batches into small tables take longer)."""
     large = source_bytes is not None and source_bytes >= COMPILED_FROM_BYTES
     return session_conf(spark, {FACTORY_MODE: COMPILED} if large or not stored_rows else {})
 

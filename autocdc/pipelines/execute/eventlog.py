@@ -5,9 +5,10 @@ moment leaves every event written before the kill (a Delta commit is all or noth
 schema is a contract shared with the report and with scripts: columns are only ever added.
 
 Events are appended with delta-rs (the ``deltalake`` package), not Spark: a one-row
-append took 0.3-0.9 s through Spark (a job, a snapshot update) and takes milliseconds
-this way, and a run writes several a flow. Only ``autocdc run`` writes the log, one run at
-a time (:mod:`autocdc.pipelines.execute.lock`); Spark reads it like any Delta table.
+append through Spark is a job and a snapshot update (most of a second) and takes
+milliseconds this way, and a run writes several a flow. Only ``autocdc run`` writes the
+log, one run at a time (:mod:`autocdc.pipelines.execute.lock`); Spark reads it like any
+Delta table.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ call the main thread was in, then raises KeyboardInterrupt there: the connection
 is re-entered and some 90 lines of py4j tracebacks follow. pyspark installs it when a
 SparkContext starts in the main thread, so :func:`start` starts the session in a helper
 thread while the main thread waits where Ctrl-C ends the run at once (the JVM's start
-takes 10-20 s). Inside :func:`noted` the signal is then only noted; a helper thread (on
+takes many seconds). Inside :func:`noted` the signal is then only noted; a helper thread (on
 a py4j connection of its own) stops the streaming queries and cancels running jobs, so
 the main thread's call returns, and :func:`check` raises KeyboardInterrupt at the next
 point where the run can end cleanly. Stopping a query mid-batch is as safe as a crash

@@ -1,9 +1,9 @@
 """A pipeline's Delta tables read without Spark, for the commands that only read them.
 
 ``autocdc status`` and ``history`` read the event log, the targets' row counts and the
-quarantine. Starting Spark for that took 30-70 s; delta-rs (the ``deltalake`` package)
-reads the same tables, deletion vectors included, through its DataFusion engine in well
-under a second. Tables are where the engine puts them (:func:`location`).
+quarantine. Starting Spark for that takes tens of seconds; delta-rs (the ``deltalake``
+package) reads the same tables, deletion vectors included, through its DataFusion engine
+in well under a second. Tables are where the engine puts them (:func:`location`).
 """
 
 from __future__ import annotations
