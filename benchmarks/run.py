@@ -22,6 +22,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -265,6 +266,19 @@ def run_snapshots(spark: SparkSession, work: Path, w: SnapshotWorkload) -> dict[
     }
 
 
+def _commit() -> str:
+    """The engine's commit, with ``+dirty`` when the work tree differs from it: the record
+    names what it measured."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=HERE, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--", "../autocdc") else "")
+
+
 def machine(spark: SparkSession) -> dict[str, Any]:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -274,6 +288,8 @@ def machine(spark: SparkSession) -> dict[str, Any]:
         if line.startswith("MemTotal")
     )
     return {
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpus": os.cpu_count(),
         "memory_gib": round(mem_kb / 2**20, 1),
         "platform": platform.platform(),
