@@ -8,7 +8,7 @@ JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
 CLASSES := $(VENV)/share/autocdc/jars/autocdc-classes.json
 SOURCES := autocdc tests pipelines benchmarks
 
-.PHONY: setup demo test test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract bench-kafka clean
+.PHONY: setup demo test test-quick test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract bench-kafka clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,6 +45,10 @@ test: setup
 
 test-e2e: setup
 	$(PYTEST) -m e2e
+
+# The Spark-free tier (tests/conftest.py marks it): seconds, for the edit-test loop.
+test-quick: setup
+	$(PYTEST) -m quick
 
 lint: setup
 	$(PY) -m ruff check $(SOURCES)

@@ -51,7 +51,8 @@ SERVER_FIXTURES = {"pg", "mariadb"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start servers are ``e2e`` too; then files with ``e2e`` tests first, then
+    """Tests that start servers are ``e2e`` too, tests that need no Spark session and
+    start nothing are ``quick`` (``pytest -m quick``: the Spark-free tier); then files with ``e2e`` tests first, then
     files with more tests first.
 
     ``make test`` runs what is not ``e2e``, ``make test-e2e`` the rest, each handing whole
@@ -59,8 +60,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     minutes, started last, would leave one worker running it alone at the end.
     """
     for item in items:
-        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if SERVER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.e2e)
+        elif "spark" not in fixtures and not item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.quick)
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::")[0], []).append(item)

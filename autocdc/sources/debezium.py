@@ -140,9 +140,14 @@ def _mysql_position(field: Field) -> Column:
 def debezium_position(connector: Connector, source: Column) -> Column:
     """The ``_CHANGE_SEQUENCE_NUMBER`` of an event from its ``source`` block as JSON text;
     NULL when the position is missing or malformed."""
+    _check(connector)
+    return _position(connector, _in_json(source))
+
+
+def _check(connector: str) -> None:
+    """Refused before any column is built: building one needs a running Spark."""
     if connector not in CONNECTORS:
         raise UnknownConnectorError(connector=connector, connectors=list(CONNECTORS))
-    return _position(connector, _in_json(source))
 
 
 def _position(connector: Connector, field: Field, sequence: Column | None = None) -> Column:
@@ -162,6 +167,7 @@ def debezium_sequence(connector: Connector, source: str | Column = "source") -> 
     >>> flow = AutoCdcFlow(target="t", keys=["id"], sequence_by=debezium_sequence("mysql"),
     ...                    except_column_list=["source"])  # doctest: +SKIP
     """
+    _check(connector)
     block = F.col(source) if isinstance(source, str) else source
     return hex_sequence(debezium_position(connector, F.to_json(block)))
 
