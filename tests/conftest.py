@@ -52,8 +52,8 @@ SERVER_FIXTURES = {"pg", "mariadb"}
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start servers are ``e2e`` too, tests that need no Spark session and
-    start nothing are ``quick`` (``pytest -m quick``: the Spark-free tier); then files with ``e2e`` tests first, then
-    files with more tests first.
+    start nothing are ``quick`` (``pytest -m quick``: the Spark-free tier); then files
+    with ``e2e`` tests first, then files with more tests first.
 
     ``make test`` runs what is not ``e2e``, ``make test-e2e`` the rest, each handing whole
     files to two workers in this order (with xdist's own reordering off): a file that takes
