@@ -634,3 +634,20 @@ def test_dp_run_holds_the_run_lock_and_gives_the_session_back(spark, tmp_path, n
     assert cli.working_folder(spark) == folder
     rows = spark.table(f"{database}.customers").collect()
     assert {(r.id, r.city) for r in rows} == {(1, "Lyon"), (3, "Rome")}
+
+
+def test_a_view_over_a_target_with_no_rows_yet_waits_for_them(spark, tmp_path, database, capsys):
+    """A materialized view over an AUTO CDC target whose source holds nothing yet (so no
+    micro-batch has created the target; likewise a continuous run's first pass): the run
+    says the view waits and succeeds; the next run with rows computes it."""
+    view = "CREATE MATERIALIZED VIEW live_keys AS SELECT count(*) AS n FROM latest;"
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "view.sql": view})
+    (tmp_path / "data").mkdir()
+    run(spark, spec)
+    said = capsys.readouterr().out
+    assert f"materialized view {database}.live_keys: waiting for {database}.latest" in said
+    assert not spark.catalog.tableExists(f"{database}.live_keys")
+
+    drop(tmp_path, "1", A)
+    run(spark, spec)
+    assert spark.table(f"{database}.live_keys").first().n == len(fold_scd1(A))

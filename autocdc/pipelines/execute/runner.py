@@ -191,7 +191,14 @@ class Runner:
                 say(f"flow {flow.name}: up to date")
 
     def _materialize(self, dataset: Dataset) -> None:
+        """Recompute a materialized view, unless a table it reads does not exist yet: an
+        AUTO CDC target is created by its first micro-batch, which a continuous run has
+        not waited for, and a source with nothing in it yet never runs one."""
         target = self.qualify(dataset.name)
+        missing = self._missing_inputs(dataset)
+        if missing:
+            say(f"materialized view {target}: waiting for {', '.join(missing)} (no rows yet)")
+            return
         (flow,) = self.graph.flows[dataset.name]
         assert isinstance(flow, QueryFlow)
         with session_conf(self.spark, flow.spark_conf):
@@ -200,6 +207,15 @@ class Runner:
                 "overwriteSchema", "true"
             ).saveAsTable(target)
         say(f"materialized view {target}: {self.spark.table(target).count()} rows")
+
+    def _missing_inputs(self, dataset: Dataset) -> list[str]:
+        kinds = {d.name: d.kind for d in self.graph.order}
+        return sorted(
+            self.qualify(name)
+            for name in self.graph.reads.get(dataset.name, set())
+            if kinds.get(name) != "temporary_view"
+            and not self.spark.catalog.tableExists(self.qualify(name))
+        )
 
     def _started(self, flow: str, target: str, df: DataFrame | None) -> None:
         streaming = df is not None and df.isStreaming
