@@ -12,28 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from changes import rows
+from changes import feed_flow, rows
 from processes import WORKER, child_env, error_tail
 from pyspark.sql import DataFrameWriter
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
-import autocdc
 from autocdc.engine import commit, gc
 
 SCHEMA = "id int, a string, b int, op string, seq long"
 MINE = [Change(1, 2, UPSERT, ("mine", 1)), Change(2, 5, DELETE), Change(3, 1, UPSERT, ("c", 3))]
 THEIRS = [Change(1, 4, UPSERT, ("theirs", 2)), Change(2, 3, UPSERT, ("b", 2))]
-
-
-def flow_of(target: str, scd_type: int) -> autocdc.AutoCdcFlow:
-    return autocdc.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-    )
 
 
 def target_rows(spark, target: str, scd_type: int):
@@ -80,7 +68,7 @@ def before_next_rewrite(monkeypatch, action) -> None:
 @pytest.mark.parametrize("scd_type", [1, 2])
 def test_a_batch_that_lost_the_race_is_recomputed(spark, new_table, monkeypatch, scd_type):
     target = new_table("race")
-    mine, theirs = flow_of(target, scd_type), flow_of(target, scd_type)
+    mine, theirs = feed_flow(target, scd_type), feed_flow(target, scd_type)
     mine.apply(spark.createDataFrame(rows(MINE[2:]), SCHEMA))
     other = spark.createDataFrame(rows(THEIRS), SCHEMA)
     calls = before_next_commit(monkeypatch, lambda: theirs.apply(other))
@@ -95,7 +83,7 @@ def test_a_redo_removed_while_written_is_a_lost_race(spark, new_table, monkeypat
     """The writer that commits a batch id removes every redo folder up to it, a loser's
     folder being written too: the loser's failed write is a lost race, recomputed."""
     target = new_table("race_redo")
-    mine, theirs = flow_of(target, 1), flow_of(target, 1)
+    mine, theirs = feed_flow(target, 1), feed_flow(target, 1)
     mine.apply(spark.createDataFrame(rows(MINE[2:]), SCHEMA))
     other = spark.createDataFrame(rows(THEIRS), SCHEMA)
     real = DataFrameWriter.parquet
@@ -117,7 +105,7 @@ def test_a_redo_removed_while_written_is_a_lost_race(spark, new_table, monkeypat
 
 def test_compaction_never_overwrites_a_concurrent_batch(spark, new_table, monkeypatch):
     target = new_table("race_gc")
-    mine, theirs = flow_of(target, 1), flow_of(target, 1)
+    mine, theirs = feed_flow(target, 1), feed_flow(target, 1)
     mine.apply(spark.createDataFrame(rows(MINE), SCHEMA))
     other = spark.createDataFrame(rows(THEIRS), SCHEMA)
     before_next_rewrite(monkeypatch, lambda: theirs.apply(other))

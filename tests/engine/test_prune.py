@@ -8,6 +8,7 @@ from decimal import Decimal
 from itertools import pairwise
 
 import pytest
+from changes import feed_flow
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -44,22 +45,10 @@ def files_read_by_last_merge(spark) -> int:
     raise AssertionError("no MERGE ran")
 
 
-def _id_flow(target: str, scd_type: int = 1) -> autocdc.AutoCdcFlow:
-    """Changes ``(id, seq, op, v)``: key ``id``, ``op`` 'D' deletes."""
-    return autocdc.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-    )
-
-
 @pytest.mark.parametrize("scd_type", [1, 2])
 def test_a_batch_of_few_keys_reads_only_the_files_holding_them(spark, new_table, scd_type):
     target = new_table("pruned")
-    flow = _id_flow(target, scd_type)
+    flow = feed_flow(target, scd_type)
     ids = F.col("id") * 2  # even keys: odd ones are free for inserts
     load = spark.range(2_000).select(
         ids.alias("id"), F.lit(1).cast("long").alias("seq"), F.lit("U").alias("op"), ids.alias("v")
@@ -139,7 +128,7 @@ def test_a_small_batch_from_files_reads_the_state_of_its_listed_keys(
     batch); a source without a size (rows from Python) keeps the range and the join."""
     exact, seen = bound.exact, []
     monkeypatch.setattr(bound, "exact", lambda b, keys: seen.append(exact(b, keys)) or seen[-1])
-    flow = _id_flow(new_table("listed"))
+    flow = feed_flow(new_table("listed"))
     schema = "id long, seq long, op string, v long"
     flow.apply(spark.createDataFrame([(k, 1, "U", k) for k in range(6)], schema))
     flow.apply(spark.createDataFrame([(1, 2, "U", 10), (2, 2, "D", None)], schema))

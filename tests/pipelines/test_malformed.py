@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from changes import feed_flow
 from chispa import assert_df_equality
 from projects import PYSPARK_SCD1, run, write_project
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -63,14 +64,7 @@ def assert_counts_add_up(m: autocdc.BatchMetrics) -> None:
 
 @pytest.mark.parametrize("scd_type", [1, 2])
 def test_json_file_mixing_good_and_bad_lines(spark, new_table, tmp_path, scd_type):
-    flow = autocdc.AutoCdcFlow(
-        target=new_table("malformed"),
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-    )
+    flow = feed_flow(new_table("malformed"), scd_type)
     first = spark.read.schema(SCHEMA).json(write_lines(tmp_path / "first.json", FIRST))
     flow.apply(first)
     mixed = spark.read.schema(SCHEMA).json(write_lines(tmp_path / "mixed.json", MIXED))

@@ -1,10 +1,26 @@
 """Change sets shared by the engine's and the pipelines' tests, as the reference fold's
 changes over ``(id, a, b)``: three batches that disagree in every way a feed can, and
-one set with every hard case for the kill tests."""
+one set with every hard case for the kill tests, and the flow that reads them."""
 
 from __future__ import annotations
 
 from reference import DELETE, UPSERT, Change
+
+import autocdc
+
+
+def feed_flow(target: str, scd_type: int = 1) -> autocdc.AutoCdcFlow:
+    """The flow of the tests' change feeds ``(id, a, b, op, seq)``: key ``id``, sequence
+    ``seq``, ``op = 'D'`` deletes, ``op`` and ``seq`` left out of the target."""
+    return autocdc.AutoCdcFlow(
+        target=target,
+        keys=["id"],
+        sequence_by="seq",
+        apply_as_deletes="op = 'D'",
+        except_column_list=["op", "seq"],
+        stored_as_scd_type=scd_type,
+    )
+
 
 A = [Change(1, 2, UPSERT, ("a1", 1)), Change(2, 1, UPSERT, ("b1", 1)), Change(3, 5, DELETE)]
 B = [Change(2, 3, UPSERT, ("b2", 2)), Change(3, 4, UPSERT, ("c-old", 0)), Change(1, 1, DELETE)]

@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from changes import feed_flow
 from pyspark.sql import SparkSession
 from sparkconf import SUBPROCESS_CONF
 
@@ -122,14 +123,7 @@ def apply_all(
     crash_at: str | None = None,
 ) -> None:
     """Apply ``batches`` in turn to ``target``, the crash point armed for the last one."""
-    flow = autocdc.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-    )
+    flow = feed_flow(target, scd_type)
     for i, batch in enumerate(batches):
         if crash_at and i == len(batches) - 1:
             os.environ[CRASH_ENV] = crash_at
