@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 
 import pytest
-from chispa import assert_df_equality
+from frames import assert_rows
 from processes import ROOT
 from projects import copy_example, run
 from pyspark.sql import functions as F
@@ -40,24 +40,19 @@ def frame(spark, rows):
     return spark.createDataFrame(rows, SCHEMA)
 
 
-def assert_rows(spark, df, rows, schema=TARGET):
-    expected = spark.createDataFrame(rows, schema)
-    assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
-
-
 def test_scd1_out_of_order_duplicated_deletes_and_truncate(spark, new_table):
     flow = autocdc.AutoCdcFlow(target=new_table("bq"), keys=["id"])
     reversed_and_resent = [*reversed(CHANGES), CHANGES[0], CHANGES[3]]
     first = flow.apply(frame(spark, reversed_and_resent[:3]))
     second = flow.apply(frame(spark, reversed_and_resent[3:]))
-    assert_rows(spark, spark.table(flow.target), [(1, "a-late"), (2, "b-long")])
+    assert_rows(spark, spark.table(flow.target), [(1, "a-late"), (2, "b-long")], TARGET)
     assert first.rows_in + second.rows_in == 8 and second.quarantined == 0
 
     # TRUNCATE at 0x17 removes every change below it, later ones stay, late ones stay dead.
     truncated = flow.apply(frame(spark, [(None, None, "TRUNCATE", "17"), (4, "d", "UPSERT", "18")]))
     flow.apply(frame(spark, [(5, "too late", "UPSERT", "16/FFFFFFFF")]))
     assert truncated.truncates == 1
-    assert_rows(spark, spark.table(flow.target), [(4, "d")])
+    assert_rows(spark, spark.table(flow.target), [(4, "d")], TARGET)
 
 
 def test_scd2_history_in_hex_order_and_truncate_quarantined(spark, new_table):
@@ -82,7 +77,7 @@ def test_scd2_history_in_hex_order_and_truncate_quarantined(spark, new_table):
         autocdc.hex_sequence("e").alias("__END_AT"),
     )
     assert_rows(spark, spark.table(flow.target), expected.collect(), expected.schema)
-    assert_rows(spark, flow.as_of(spark, "10/0"), [(1, "a-early"), (2, "b-long")])
+    assert_rows(spark, flow.as_of(spark, "10/0"), [(1, "a-early"), (2, "b-long")], TARGET)
     with pytest.raises(autocdc.InvalidSequenceValueError):
         flow.as_of(spark, "10/G")
     reasons = spark.table(flow.quarantine_table).select("reason").collect()
@@ -103,7 +98,7 @@ def test_rows_the_change_columns_cannot_place_are_quarantined(spark, new_table):
     }
     metrics = flow.apply(frame(spark, [(13, "fine", "upsert", "1"), *bad]))
     assert metrics.quarantined == len(bad)
-    assert_rows(spark, spark.table(flow.target), [(13, "fine")])
+    assert_rows(spark, spark.table(flow.target), [(13, "fine")], TARGET)
 
     def row_json(row: tuple) -> str:
         names = ["id", "name", "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"]
@@ -156,7 +151,7 @@ def test_explicit_options_ignore_the_change_type(spark, new_table):
     """With apply_as_deletes given, _CHANGE_TYPE is neither read nor checked."""
     flow = autocdc.AutoCdcFlow(target=new_table("bqe"), keys=["id"], apply_as_deletes="id = 3")
     flow.apply(frame(spark, [(1, "a", "MERGE", "1"), (3, "c", "UPSERT", "1")]))
-    assert_rows(spark, spark.table(flow.target), [(1, "a")])
+    assert_rows(spark, spark.table(flow.target), [(1, "a")], TARGET)
 
 
 def test_example_pipeline(spark, tmp_path, new_table):

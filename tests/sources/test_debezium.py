@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
+from frames import assert_rows
 from processes import ROOT
 from projects import run
 
@@ -54,11 +54,6 @@ def cdc_flow(target: str) -> autocdc.AutoCdcFlow:
         apply_as_truncates="_CHANGE_TYPE = 'TRUNCATE'",
         except_column_list=["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"],
     )
-
-
-def assert_rows(spark, actual, rows, schema=ROW):
-    expected = spark.createDataFrame(rows, schema)
-    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def quarantined(spark, flow) -> list[tuple[str, str]]:
@@ -114,14 +109,17 @@ def test_postgres_feed_applies_like_the_database(spark, new_table):
         autocdc.debezium_changes(kafka_values(spark, "postgres-1.jsonl"), ROW, "postgresql")
     )
     assert_rows(
-        spark, flow.current(spark), [(1, "Anna", "Oslo"), (2, "Bob", "Milan"), (4, "Dan", "Quito")]
+        spark,
+        flow.current(spark),
+        [(1, "Anna", "Oslo"), (2, "Bob", "Milan"), (4, "Dan", "Quito")],
+        ROW,
     )
     assert metrics.quarantined == BAD_PG
     bad = lines("postgres-1.jsonl")[-BAD_PG:]
     assert quarantined(spark, flow) == sorted((QUARANTINE_MALFORMED_RECORD, b) for b in bad)
 
     flow.apply(autocdc.debezium_changes(kafka_values(spark, "postgres-2.jsonl"), ROW, "postgresql"))
-    assert_rows(spark, flow.current(spark), [(5, "Eve", "Oslo")])
+    assert_rows(spark, flow.current(spark), [(5, "Eve", "Oslo")], ROW)
 
 
 def test_mysql_feed_applies_in_binlog_order(spark, new_table):
@@ -132,7 +130,7 @@ def test_mysql_feed_applies_in_binlog_order(spark, new_table):
     events = spark.read.text(str(DATA / "mysql-1.jsonl"))
     metrics = flow.apply(autocdc.debezium_changes(events, ROW, "mysql"))
     expected = [(1, "Anna", "Oslo"), (3, "Cid", "Riga"), (4, "Dan", "Lima")]
-    assert_rows(spark, flow.current(spark).select("id", "name", "city"), expected)
+    assert_rows(spark, flow.current(spark).select("id", "name", "city"), expected, ROW)
     assert metrics.quarantined == BAD_MYSQL
     bad = lines("mysql-1.jsonl")[-BAD_MYSQL:]
     assert quarantined(spark, flow) == sorted((QUARANTINE_MALFORMED_RECORD, b) for b in bad)
@@ -248,7 +246,7 @@ def test_marked_tombstones_are_counted_as_skipped_never_applied_or_quarantined(
     flow = autocdc.AutoCdcFlow(target=target, keys=["id"]) if auto else cdc_flow(target)
     metrics = flow.apply(changes)
     assert (metrics.rows_in, metrics.skipped, metrics.quarantined) == (3, 3, 1)
-    assert_rows(spark, flow.current(spark).orderBy("id"), [(1, "a", "c"), (2, "b", "d")])
+    assert_rows(spark, flow.current(spark).orderBy("id"), [(1, "a", "c"), (2, "b", "d")], ROW)
     assert spark.table(f"{target}__autocdc_quarantine").count() == 1
     assert autocdc.debezium_changes(events, ROW, "postgresql").count() == 3  # left out
 
