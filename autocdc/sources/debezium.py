@@ -66,7 +66,7 @@ from autocdc.engine.errors import UnknownConnectorError
 from autocdc.engine.sequences import hex_sequence
 from autocdc.engine.stage import CORRUPT_RECORD_CONF
 from autocdc.engine.tables import ident
-from autocdc.sources import kafkabroker
+from autocdc.sources import kafkabroker, kafkaclient
 from autocdc.sources.debezium_schema import row_schema_of
 from autocdc.sources.errors import (
     DebeziumSchemaChangedError,
@@ -345,7 +345,9 @@ def debezium_kafka(
     :func:`debezium_changes`): ``topics`` by name or ``topic_pattern`` (a Java regex), read
     from the earliest offset by default, so a new mirror starts with the connector's
     snapshot. ``options`` are Spark's Kafka source options (``kafka.*`` for the client,
-    ``startingOffsets``, ``maxOffsetsPerTrigger``, ...); ``transaction_id`` names a column
+    ``startingOffsets``, ``maxOffsetsPerTrigger``, ...), a secret among them given as
+    ``${env:NAME}`` or ``${file:PATH}`` (resolved now, and never recorded: see
+    :mod:`autocdc.sources.kafkaclient`); ``transaction_id`` names a column
     for each change's transaction id. The streaming query's checkpoint
     keeps the offsets; the flow absorbs what Kafka delivers again after a crash.
 
@@ -354,10 +356,16 @@ def debezium_kafka(
     ...     connector="postgresql")  # doctest: +SKIP
     """
     check(connector, topics, topic_pattern)
-    # A secured broker: its topics are not checked beforehand, nor its events' schemas read.
-    secured = kafkabroker.secured(options or {})
-    if not secured:
-        kafkabroker.check_topics(bootstrap_servers, topics)
+    # Secrets are resolved now (an unset variable is refused before anything is read);
+    # Spark's reader gets them, the plan's record only their placeholders.
+    given = kafkaclient.resolved(options)
+    try:
+        client: dict[str, str] | None = kafkaclient.config(given)
+        not_askable = None
+    except kafkaclient.NotAskable as why:
+        client, not_askable = None, str(why)
+    if client is not None:
+        kafkabroker.check_topics(bootstrap_servers, topics, client)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
@@ -367,18 +375,21 @@ def debezium_kafka(
         reader = reader.option("subscribe", ",".join(topics))
     else:
         reader = reader.option("subscribePattern", topic_pattern)
-    for key, value in (options or {}).items():
+    for key, value in given.items():
         reader = reader.option(key, value)
+    record = kafkaclient.record_option(options)
+    if record is not None:
+        reader = reader.option(kafkaclient.RECORD_OPTION, record)
     row, new_columns = row_schema, "ignore"  # declared: the columns taken
     if row is None:
         named = f"topics {topics}" if topics else f"the topics matching {topic_pattern!r}"
-        if secured:
+        if client is None:
             raise DebeziumSchemaError(
                 topics=named,
-                problem="the broker is secured (kafka.security/sasl/ssl options), and "
-                "autocdc reads the events' schemas with a client of its own",
+                problem="autocdc reads the events' schemas with a client of its own, which "
+                f"cannot take the broker's security settings: {not_askable}",
             )
-        sample = kafkabroker.newest(bootstrap_servers, topics, topic_pattern, SCHEMA_SAMPLE)
+        sample = kafkabroker.newest(bootstrap_servers, topics, topic_pattern, SCHEMA_SAMPLE, client)
         row, new_columns = row_schema_of(sample, connector, table, named), "fail"
     return debezium_changes(
         reader.load(),

@@ -177,3 +177,33 @@ class KafkaTopicNotFoundError(SourceError):
         "the names (Debezium's are <topic.prefix>.<schema or database>.<table>), or start "
         "the connector first: it creates its topics with its snapshot."
     )
+
+
+class KafkaSecretError(SourceError):
+    error_class = "AUTOCDC_KAFKA_SECRET"
+    template = "Kafka option `{option}` takes a secret from {what}, which {problem}. {fix}"
+
+
+class KafkaAuthenticationError(SourceError):
+    """The broker refused the credentials of the source's options: nothing was read."""
+
+    error_class = "AUTOCDC_KAFKA_AUTHENTICATION"
+    template = (
+        "The Kafka broker at {servers} refused the credentials of user {user!r} "
+        "({mechanism}): {reason}. Nothing was read. Check the username and password in "
+        "`kafka.sasl.jaas.config` (and the variable or file its ${{env:...}} or ${{file:...}} "
+        "names), `kafka.sasl.mechanism`, and that the user exists on the broker."
+    )
+
+
+class KafkaTlsError(SourceError):
+    """The TLS handshake failed: the broker's certificate is not trusted, or names
+    another host."""
+
+    error_class = "AUTOCDC_KAFKA_TLS"
+    template = (
+        "The TLS connection to the Kafka broker at {servers} failed: {reason}. Nothing was "
+        "read. Check `kafka.ssl.truststore.*` (it must hold the certificate of the CA that "
+        "signed the broker's) and that the broker's certificate names the host you connect "
+        "to (or set `kafka.ssl.endpoint.identification.algorithm` to '' to skip that check)."
+    )

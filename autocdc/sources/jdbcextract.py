@@ -10,16 +10,22 @@ second query of the table would not). WATERMARK's accumulator is an aggregation;
 
 Values reach the cursor and the checkpoint as JSON-like values: numbers as numbers (as
 Spark's JDBC mapping types them), timestamps and dates as text (``2024-05-01
-10:00:00.000000``, which sorts as time; a timestamp without a zone is read through the
-JVM's default zone, formatted in the session's: keep the two equal, UTC by default here).
+10:00:00.000000``, which sorts as time). A JDBC driver turns a timestamp into an instant
+through the JVM's default zone (a zoneless one, MariaDB's ``DATETIME``, PostgreSQL's
+``timestamp``, is taken as the JVM zone's wall clock; PostgreSQL's driver also gives its
+connection that zone), so the text is written in that zone (:func:`jvm_zone`): it is the
+value the database holds, which a later run's predicate compares in the database, whatever
+Spark's session zone is. Spark's session zone alone would shift it by the difference.
 Predicates are plain SQL with double-quoted names; a MariaDB session is put in
 ANSI_QUOTES mode (and NO_BACKSLASH_ESCAPES, so a literal means what it says). The small
 queries a run plans with (the newest values, a limit's edge, a batch's range) aggregate
-in the database, typed as their column (``customSchema``): no column is pulled whole.
+in the database, typed as their column (``customSchema``): no column is pulled whole. A
+limit's edge takes the first rows in the dialect's own way (:func:`edge_sql`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -64,6 +70,12 @@ DRIVERS = {  # the JDBC URL's subprotocol -> the driver class the session's jars
     "mariadb": "org.mariadb.jdbc.Driver",
     "sqlite": "org.sqlite.JDBC",
 }
+# How a dialect takes "the first n rows in this order" (a limit's edge): LIMIT, TOP or SQL's
+# FETCH FIRST; a database not named here gets ROW_NUMBER(), which every one with window
+# functions takes (SQL:2003).
+LIMIT_DIALECTS = {"postgresql", "mariadb", "mysql", "sqlite", "h2", "hsqldb"}
+TOP_DIALECTS = {"sqlserver", "jtds"}
+FETCH_DIALECTS = {"oracle", "db2", "derby", "as400"}
 # MariaDB: standard quoting for the predicates autocdc writes, on every connection the
 # driver opens (Spark's sessionInitStatement misses the ones that resolve a schema)
 ANSI_SESSION = {"sessionVariables": "sql_mode='ANSI_QUOTES,NO_BACKSLASH_ESCAPES'"}
@@ -157,13 +169,34 @@ def literal(value: Any) -> str:
 
 def predicate(batch: Batch, source: str = "?") -> str:
     """A batch's predicate with its parameters written in as literals (Spark's JDBC reads
-    take SQL text, not parameters); as many parameters as placeholders, as psycopg wants."""
+    take SQL text, not parameters); as many parameters as placeholders, as psycopg wants.
+    The whole scope is ``1 = 1``: SQL Server and Oracle have no ``TRUE``."""
+    if batch.where == "TRUE" and not batch.params:
+        return "1 = 1"
     slots = [m for m in _PLACEHOLDER.findall(batch.where) if m == "%s"]
     if len(slots) != len(batch.params):
         raise BadBatchError(source=source, value=f"{batch.where!r} with {len(batch.params)} "
                             f"parameters for {len(slots)} placeholders")  # fmt: skip
     params = iter(batch.params)
     return _PLACEHOLDER.sub(lambda m: "%" if m[0] == "%%" else literal(next(params)), batch.where)
+
+
+SESSION_ZONE = "spark.sql.session.timeZone"
+
+
+@contextlib.contextmanager
+def jvm_zone(spark: SparkSession) -> Iterator[str]:
+    """Spark's session zone pinned to the JVM's default zone (returned) while a run reads
+    and formats timestamps, so their text is the database's own (see the module's
+    docstring); the session's zone is restored after. Executors must run in the driver's
+    zone (``-Duser.timezone`` for both), as the driver reads in its own."""
+    zone = spark.sparkContext._jvm.java.util.TimeZone.getDefault().getID()  # type: ignore[union-attr]
+    before = spark.conf.get(SESSION_ZONE)
+    spark.conf.set(SESSION_ZONE, zone)
+    try:
+        yield zone
+    finally:
+        spark.conf.set(SESSION_ZONE, before)
 
 
 def _reader(spark: SparkSession, source: Extraction) -> Any:
@@ -280,19 +313,50 @@ def newest(spark: SparkSession, source: Extraction, table: Table) -> dict[str, A
     return _one_row(_query(spark, source, f"SELECT {picks} FROM {table.name} WHERE {where}", types))
 
 
+def dialect(url: str) -> str:
+    """The JDBC URL's subprotocol (``jdbc:oracle:thin:@...`` is ``oracle``)."""
+    return url.split(":", 2)[1].lower()
+
+
+def edge_sql(
+    dialect: str, table: str, column: str, beyond: str, rows: int, descending: bool
+) -> str:
+    """The query of a limit's edge in ``dialect``: the ``rows``-th value of ``column``
+    (quoted) in its order among the rows matching ``beyond``, as one row, column ``v``."""
+    way, pick = ("DESC", "min") if descending else ("ASC", "max")
+    rows = int(rows)
+    if dialect in LIMIT_DIALECTS:
+        inner = f"SELECT {column} AS v FROM {table} WHERE {beyond} ORDER BY v {way} LIMIT {rows}"
+    elif dialect in TOP_DIALECTS:
+        inner = f"SELECT TOP ({rows}) {column} AS v FROM {table} WHERE {beyond} ORDER BY v {way}"
+    elif dialect in FETCH_DIALECTS:
+        inner = (
+            f"SELECT {column} AS v FROM {table} WHERE {beyond} ORDER BY v {way} "
+            f"FETCH FIRST {rows} ROWS ONLY"
+        )
+    else:
+        numbered = (
+            f"SELECT {column} AS v, ROW_NUMBER() OVER (ORDER BY {column} {way}) AS n "
+            f"FROM {table} WHERE {beyond}"
+        )
+        return f"SELECT {pick}(v) AS v FROM ({numbered}) edge WHERE n <= {rows}"
+    return f"SELECT {pick}(v) AS v FROM ({inner}) edge"
+
+
 def edge(
     spark: SparkSession, source: Extraction, table: Table, limit: Limit, checkpoint: Any
 ) -> Any:
     """Where a run with ``limit`` stops (see :func:`autocdc.sources.pgextract.edge`), found
-    by the database (``ORDER BY ... LIMIT``: PostgreSQL, MariaDB, MySQL, SQLite)."""
-    column, descending = limit.order.column, limit.order.descending
+    by the database in its dialect (:func:`edge_sql`)."""
+    assert source.url is not None
+    column = limit.order.column
     beyond = predicate(limit.beyond(checkpoint).narrowed(source.where))
-    sql = (
-        f"SELECT {'min' if descending else 'max'}(v) AS v FROM (SELECT {ident(column)} AS v "
-        f"FROM {table.name} WHERE {beyond} ORDER BY v {'DESC' if descending else 'ASC'} "
-        f"LIMIT {int(limit.rows)}) edge"
+    sql = edge_sql(
+        dialect(source.url), table.name, ident(column), beyond, limit.rows, limit.order.descending
     )
-    return _one_row(_query(spark, source, sql, _typed(table, v=column))).get("v")
+    row = _one_row(_query(spark, source, sql, _typed(table, v=column)))
+    # Oracle names an unquoted alias in capitals
+    return next((value for name, value in row.items() if name.lower() == "v"), None)
 
 
 def _ranges(spark: SparkSession, source: Extraction, table: Table, where: str) -> list[str]:

@@ -7,23 +7,33 @@ schema from them when the run begins).
 Offsets are those Spark's checkpoint records for a Kafka source: per topic, per partition
 (as text), the next offset to read. A partition the checkpoint does not name yet (a new
 partition, a new topic of a pattern) is behind from its earliest offset.
+
+A secured broker is reached with ``client``: librdkafka's settings that
+:func:`autocdc.sources.kafkaclient.config` made of the source's Spark options. A broker
+that refuses the credentials or the TLS handshake is an error saying so at once (when the
+run begins, before anything is read), not a timeout.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ClusterMetadata
 
-from autocdc.sources.errors import KafkaTopicNotFoundError, KafkaUnreachableError
+from autocdc.sources.errors import (
+    KafkaAuthenticationError,
+    KafkaTlsError,
+    KafkaTopicNotFoundError,
+    KafkaUnreachableError,
+)
 
 TIMEOUT_SECONDS = 5.0
-# Spark's Kafka options for a secured broker: their credentials are for Spark's client, and
-# autocdc's own does not take them.
-_SECURED = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
+POLL_SECONDS = 0.25  # how often a refused handshake is looked for while waiting
+_REFUSED = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 # The oldest record waiting is looked up per lagging partition; a topic with hundreds of
 # partitions is sampled, so that status stays quick.
 AGE_SAMPLE = 64
@@ -38,30 +48,64 @@ class Behind:
     oldest_age_seconds: float | None
 
 
-def secured(options: Iterable[str]) -> bool:
-    """Whether Spark's Kafka ``options`` (their names) are those of a secured broker."""
-    return any(str(name).lower().startswith(_SECURED) for name in options)
+class _Client:
+    """A consumer that never joins a group, and the handshake errors it met."""
 
+    def __init__(self, servers: str, client: Mapping[str, str] | None) -> None:
+        self.servers, self.client = servers, dict(client or {})
+        self.errors: list[KafkaError] = []
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": servers,
+                "group.id": "autocdc",  # never joined or committed: partitions are assigned
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+                "socket.timeout.ms": int(TIMEOUT_SECONDS * 1000),
+                "log_level": 0,  # an unreachable broker is reported by the caller, not logged
+                "error_cb": self.errors.append,
+                **self.client,
+            }
+        )
 
-def _consumer(servers: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": servers,
-            "group.id": "autocdc",  # never joined or committed: partitions are assigned
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "socket.timeout.ms": int(TIMEOUT_SECONDS * 1000),
-            "log_level": 0,  # an unreachable broker is reported by the caller, not logged
-        }
-    )
+    def refused(self) -> Exception | None:
+        """The error for a broker that refused the credentials or the handshake."""
+        for error in self.errors:
+            reason = error.str()
+            if error.code() in _REFUSED:
+                mechanism = self.client.get("sasl.mechanism", "?")
+                user = self.client.get("sasl.username")
+                return KafkaAuthenticationError(
+                    servers=self.servers, user=user, mechanism=mechanism, reason=reason
+                )
+            if error.code() == KafkaError._SSL:
+                return KafkaTlsError(servers=self.servers, reason=reason)
+        return None
+
+    def metadata(self) -> ClusterMetadata:
+        """Every topic's metadata; a refused handshake is raised as soon as it is seen."""
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while True:
+            try:
+                return self.consumer.list_topics(timeout=POLL_SECONDS)
+            except KafkaException:
+                self.consumer.poll(0)  # serves the error callback (nothing is assigned yet)
+                refused = self.refused()
+                if refused is not None:
+                    raise refused from None
+                if time.monotonic() >= deadline:
+                    raise
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def _ranges(
-    consumer: Consumer, topics: list[str] | None, pattern: str | None
+    client: _Client, topics: list[str] | None, pattern: str | None
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """Each partition of ``topics`` (or of the topics matching the Java regex ``pattern``,
     as Spark subscribes) with its earliest and end offsets."""
-    metadata = consumer.list_topics(timeout=TIMEOUT_SECONDS)
+    consumer = client.consumer
+    metadata = client.metadata()
     names = topics or [t for t in metadata.topics if pattern and re.fullmatch(pattern, t)]
     found = {}
     for topic in names:
@@ -78,22 +122,23 @@ def behind(
     consumed: dict[str, dict[str, int]] | None,
     topics: list[str] | None,
     pattern: str | None,
+    client: Mapping[str, str] | None = None,
 ) -> Behind | None:
     """How far ``consumed`` is behind the ends of the topics; None when the broker cannot
     tell (a lag is reported as unknown, never as an error)."""
-    consumer = _consumer(servers)
+    asking = _Client(servers, client)
     try:
         records, waiting = 0, []
-        for (topic, partition), (low, high) in _ranges(consumer, topics, pattern).items():
+        for (topic, partition), (low, high) in _ranges(asking, topics, pattern).items():
             start = max(low, (consumed or {}).get(topic, {}).get(str(partition), low))
             if high > start:
                 records += high - start
                 waiting.append(TopicPartition(topic, partition, start))
-        return Behind(records, _oldest_age(consumer, waiting[:AGE_SAMPLE]))
-    except KafkaException:
+        return Behind(records, _oldest_age(asking.consumer, waiting[:AGE_SAMPLE]))
+    except (KafkaException, KafkaAuthenticationError, KafkaTlsError):
         return None
     finally:
-        consumer.close()
+        asking.close()
 
 
 def _oldest_age(consumer: Consumer, firsts: list[TopicPartition]) -> float | None:
@@ -118,16 +163,18 @@ def _unreachable(servers: str, error: KafkaException) -> KafkaUnreachableError:
     return KafkaUnreachableError(servers=servers, seconds=TIMEOUT_SECONDS, reason=str(error))
 
 
-def check_topics(servers: str, topics: list[str] | None) -> None:
-    """Refuse a broker that does not answer, and named ``topics`` it does not have (asking
-    for all topics' metadata, which never creates one)."""
-    consumer = _consumer(servers)
+def check_topics(
+    servers: str, topics: list[str] | None, client: Mapping[str, str] | None = None
+) -> None:
+    """Refuse a broker that does not answer or refuses the credentials, and named
+    ``topics`` it does not have (asking for all topics' metadata, which never creates one)."""
+    asking = _Client(servers, client)
     try:
-        found = consumer.list_topics(timeout=TIMEOUT_SECONDS).topics
+        found = asking.metadata().topics
     except KafkaException as error:
         raise _unreachable(servers, error) from None
     finally:
-        consumer.close()
+        asking.close()
     missing = [t for t in topics or [] if t not in found]
     if missing:
         known = sorted(t for t in found if not t.startswith("_"))
@@ -135,14 +182,19 @@ def check_topics(servers: str, topics: list[str] | None) -> None:
 
 
 def newest(
-    servers: str, topics: list[str] | None, pattern: str | None, per_partition: int
+    servers: str,
+    topics: list[str] | None,
+    pattern: str | None,
+    per_partition: int,
+    client: Mapping[str, str] | None = None,
 ) -> list[bytes | None]:
     """The values of the newest ``per_partition`` records of each partition, oldest first
     within a partition; a broker that does not answer is an error that says so."""
-    consumer = _consumer(servers)
+    asking = _Client(servers, client)
+    consumer = asking.consumer
     try:
         ends, starts = {}, []
-        for (topic, partition), (low, high) in _ranges(consumer, topics, pattern).items():
+        for (topic, partition), (low, high) in _ranges(asking, topics, pattern).items():
             if high > low:
                 ends[topic, partition] = high
                 starts.append(TopicPartition(topic, partition, max(low, high - per_partition)))
@@ -162,4 +214,4 @@ def newest(
     except KafkaException as error:
         raise _unreachable(servers, error) from None
     finally:
-        consumer.close()
+        asking.close()

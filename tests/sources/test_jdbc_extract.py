@@ -378,3 +378,45 @@ def test_a_pipeline_mirrors_the_table_a_row_rewritten_in_one_tick_included(
         assert got == [(111, -84.06), (112, 1.0)], target
     written = [p.read_bytes() for p in (root / "storage").rglob("*") if p.is_file()]
     assert written and not any(b"s3cret-never-logged" in w for w in written)
+
+
+@contextlib.contextmanager
+def zones(spark, jvm: str, session: str) -> Iterator[None]:
+    """The JVM's default zone and Spark's session zone set for a while, as on a host whose
+    clock is in ``jvm`` with a session configured for ``session``."""
+    zone = spark.sparkContext._jvm.java.util.TimeZone
+    jvm_before, session_before = zone.getDefault(), spark.conf.get("spark.sql.session.timeZone")
+    zone.setDefault(zone.getTimeZone(jvm))
+    spark.conf.set("spark.sql.session.timeZone", session)
+    try:
+        yield
+    finally:
+        zone.setDefault(jvm_before)
+        spark.conf.set("spark.sql.session.timeZone", session_before)
+
+
+def test_a_zoneless_timestamp_is_checkpointed_as_the_database_holds_it(spark, tmp_path):
+    """A DATETIME column read by a JVM in Los Angeles, Spark's session in UTC: the driver
+    takes 11:00 as Los Angeles' 11:00, and the session would write that as 18:00, a
+    checkpoint seven hours ahead of the column, which a later run's predicate compares in
+    the database: the row written at 12:00 after the first run would be skipped. The read
+    is pinned to the JVM's zone, so the checkpoint is 11:00 and the next run reads it."""
+    # SQLite keeps a DATETIME as text and compares it as text: written as the checkpoint
+    # writes it, so the predicate's `>=` meets the tie at 11:00 (see docs/sources.md).
+    url = _db(
+        tmp_path / "zone.db",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, at DATETIME)",
+        "INSERT INTO events VALUES (?, ?)",
+        rows=((1, "2024-05-01 10:00:00.000000"), (2, "2024-05-01 11:00:00.000000")),
+    )
+    src = Extraction(name="z", url=url, table="events", cdc_order=["at"])
+    step = extracting.step(tmp_path, src)
+    with zones(spark, "America/Los_Angeles", "UTC"):
+        first = step.run(spark, ExtractionOptions(), lambda df, _: df.dtypes)
+        assert ("at", "timestamp") in first.result  # typed by the driver, not text
+        assert first.checkpoint == {"at": "2024-05-01 11:00:00.000000"}
+        _db(tmp_path / "zone.db", "INSERT INTO events VALUES (3, '2024-05-01 12:00:00.000000')")
+        second = step.run(spark, ExtractionOptions(), collect)
+        assert [r[0] for r in second.result] == [2, 3]  # the tie at 11:00, and the new row
+        assert second.checkpoint == {"at": "2024-05-01 12:00:00.000000"}
+        assert spark.conf.get("spark.sql.session.timeZone") == "UTC"  # restored

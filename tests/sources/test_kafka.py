@@ -6,7 +6,6 @@ source declared with ``dp.create_debezium_source``."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 import signal
 import time
@@ -15,6 +14,7 @@ import uuid
 import debeziumcase as case
 import pytest
 from changes import EVERYTHING
+from debeziumcase import debezium_event
 from kafkaserver import Broker, Connect
 from pgserver import Server
 from processes import ROOT, finish, start
@@ -197,31 +197,6 @@ dp.create_auto_cdc_flow(target="latest", source="changes", keys=["id"])
 dp.create_streaming_table("history")
 dp.create_auto_cdc_flow(target="history", source="changes", keys=["id"], stored_as_scd_type=2)
 """
-
-
-def debezium_event(change: Change, extra: dict | None = None) -> str:
-    """``change`` as Debezium's PostgreSQL connector writes it with the JSON converter
-    (with schemas): its sequence is the event's LSN, a delete's ``before`` has the key."""
-    row = {"id": change.key, "a": None, "b": None, **(extra or {})}
-    if change.op == UPSERT:
-        row["a"], row["b"] = change.values
-    types = {"id": "int32", "a": "string", "b": "int32", "c": "int32"}
-    fields = [{"type": types[k], "optional": k != "id", "field": k} for k in row]
-    image = {"type": "struct", "fields": fields, "optional": True}
-    schema = {
-        "type": "struct",
-        "fields": [{**image, "field": "before"}, {**image, "field": "after"}],
-    }
-    lsn = change.seq * 16
-    source = {"schema": "public", "table": "t", "sequence": f'[null, "{lsn}"]', "lsn": lsn}
-    upsert = change.op == UPSERT
-    payload = {
-        "op": "c" if upsert else "d",
-        "before": None if upsert else {**row, "a": None, "b": None},
-        "after": row if upsert else None,
-        "source": source,
-    }
-    return json.dumps({"schema": schema, "payload": payload})
 
 
 def wait_for(check, what: str, seconds: float = 180) -> None:

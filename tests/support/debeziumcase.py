@@ -5,11 +5,13 @@ the table."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from projects import run
+from reference import UPSERT, Change
 
 from autocdc.sources import kafkabroker
 
@@ -105,3 +107,28 @@ def written(servers: str, topic: str, records: int) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"Debezium wrote not {records} records within 60 s: {found}")
+
+
+def debezium_event(change: Change, extra: dict | None = None) -> str:
+    """``change`` as Debezium's PostgreSQL connector writes it with the JSON converter
+    (with schemas): its sequence is the event's LSN, a delete's ``before`` has the key."""
+    row = {"id": change.key, "a": None, "b": None, **(extra or {})}
+    if change.op == UPSERT:
+        row["a"], row["b"] = change.values
+    types = {"id": "int32", "a": "string", "b": "int32", "c": "int32"}
+    fields = [{"type": types[k], "optional": k != "id", "field": k} for k in row]
+    image = {"type": "struct", "fields": fields, "optional": True}
+    schema = {
+        "type": "struct",
+        "fields": [{**image, "field": "before"}, {**image, "field": "after"}],
+    }
+    lsn = change.seq * 16
+    source = {"schema": "public", "table": "t", "sequence": f'[null, "{lsn}"]', "lsn": lsn}
+    upsert = change.op == UPSERT
+    payload = {
+        "op": "c" if upsert else "d",
+        "before": None if upsert else {**row, "a": None, "b": None},
+        "after": row if upsert else None,
+        "source": source,
+    }
+    return json.dumps({"schema": schema, "payload": payload})

@@ -2,7 +2,9 @@
 on 127.0.0.1 at free ports, from Kafka's jars on Maven Central (resolved once into the
 virtualenv, as the session's jars are), with a small heap and its logs in a temp folder;
 and a Kafka Connect worker (standalone) running one of Debezium's connectors (PostgreSQL's
-unless told)."""
+unless told). A broker started ``secured`` also listens for SASL_SSL clients: SCRAM users
+created when its storage is formatted, and a certificate for 127.0.0.1 that Java's keytool
+makes for it (and a trust store holding it)."""
 
 from __future__ import annotations
 
@@ -82,13 +84,65 @@ def broker_jars() -> list[Path]:
     return [*_jars("kafka-broker", [BROKER, LOGGING]), *scala]
 
 
+def _keytool(*args: str) -> None:
+    java = shutil.which("java")
+    keytool = shutil.which("keytool") or str(
+        Path(os.path.realpath(java or "java")).with_name("keytool")
+    )
+    done = subprocess.run([keytool, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 class Broker:
-    def __init__(self) -> None:
+    """One node; with ``secured``, a SASL_SSL listener too (``sasl_servers``): SCRAM-SHA-512
+    users ``users`` (name -> password), its certificate trusted by the JKS file
+    ``truststore`` (password ``truststore_password``). The PLAINTEXT listener stays, for
+    the tests' producers and inter-broker traffic."""
+
+    def __init__(self, secured: bool = False) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="autocdc-kafka-"))
         self.port, self.controller = _free_port(), _free_port()
         self.servers = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self.classpath = os.pathsep.join(str(j) for j in broker_jars())
+        self.secured = secured
+        self.sasl_port = _free_port() if secured else None
+        self.sasl_servers = f"127.0.0.1:{self.sasl_port}" if secured else None
+        self.users = {"cdc": f"scram-{uuid.uuid4().hex}"} if secured else {}
+        self.truststore = self.root / "tls" / "truststore.jks"
+        self.truststore_password = f"trust-{uuid.uuid4().hex[:12]}"
+        self._keystore_password = uuid.uuid4().hex
+
+    def _certificate(self) -> None:
+        """A self-signed certificate for 127.0.0.1 (the broker's key store, PKCS12) and a
+        JKS trust store holding it, Kafka's default trust store type."""
+        tls = self.truststore.parent
+        tls.mkdir(parents=True, exist_ok=True)
+        keystore, pem, password = tls / "broker.p12", tls / "broker.pem", self._keystore_password
+        _keytool("-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
+                 "-validity", "7", "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1",
+                 "-keystore", str(keystore), "-storetype", "PKCS12", "-storepass", password,
+                 "-keypass", password)  # fmt: skip
+        _keytool("-exportcert", "-alias", "broker", "-rfc", "-file", str(pem), "-keystore",
+                 str(keystore), "-storetype", "PKCS12", "-storepass", password)  # fmt: skip
+        _keytool("-importcert", "-noprompt", "-alias", "broker", "-file", str(pem),
+                 "-keystore", str(self.truststore), "-storetype", "JKS",
+                 "-storepass", self.truststore_password)  # fmt: skip
+
+    def _secured_settings(self) -> dict[str, str]:
+        keystore = self.truststore.parent / "broker.p12"
+        listener = "listener.name.sasl_ssl."
+        return {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            f"{listener}sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            f"{listener}scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            f"{listener}ssl.keystore.location": str(keystore),
+            f"{listener}ssl.keystore.type": "PKCS12",
+            f"{listener}ssl.keystore.password": self._keystore_password,
+            f"{listener}ssl.key.password": self._keystore_password,
+        }
 
     def _java(self, *args: str) -> list[str]:
         java = (
@@ -98,14 +152,21 @@ class Broker:
 
     def _properties(self) -> Path:
         config = self.root / "server.properties"
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller}"
+        advertised = f"PLAINTEXT://127.0.0.1:{self.port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        if self.secured:
+            listeners += f",SASL_SSL://127.0.0.1:{self.sasl_port}"
+            advertised += f",SASL_SSL://127.0.0.1:{self.sasl_port}"
+            protocols += ",SASL_SSL:SASL_SSL"
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.root / "data"),
             "num.partitions": "1",
@@ -114,17 +175,27 @@ class Broker:
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
+            **(self._secured_settings() if self.secured else {}),
         }
         config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         return config
 
     def start(self, timeout: float = 60) -> Broker:
+        if self.secured:
+            self._certificate()
         config = self._properties()
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         log = self.root / "broker.log"
+        users = [  # SCRAM credentials, written with the cluster's first metadata
+            arg
+            for name, password in self.users.items()
+            for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")
+        ]
         with log.open("ab") as out:
             formatted = subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)),
+                self._java(
+                    "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config), *users
+                ),
                 stdout=out,
                 stderr=out,
             )
@@ -138,8 +209,10 @@ class Broker:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the Kafka broker exited: see {log}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
+                for port in (self.port, self.sasl_port):
+                    if port is not None:
+                        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return self
             except OSError:
                 time.sleep(0.3)
         raise RuntimeError(f"the Kafka broker did not listen within {timeout} s: see {log}")

@@ -15,10 +15,11 @@ flow that takes a batch DataFrame):
    :func:`pgextract.edge`: the batches depend on it, so its failure fails the run); take
    the read's sequence, above every read of the flow before
    (:meth:`CheckpointFile.next_read`);
-3. read the batches, up to ``max_concurrency`` at once, each attempt into a fresh sink
-   (memory, or staged files); a batch that fails for good fails the run (a ``url``
-   source: :class:`Jdbc`, one Spark read of every batch, staged, read again whole after a
-   failure);
+3. read the batches, up to ``max_concurrency`` at once; a batch that fails for good fails
+   the run. How is the source's :class:`Reads`: a ``dsn`` source's :class:`Libpq` reads
+   each batch in the driver's threads into a fresh sink per attempt (memory, or staged
+   files), a ``url`` source's :class:`Jdbc` makes every batch a partition of one Spark
+   read, staged, read again whole after a failure;
 4. merge the batches' accumulators into the next checkpoint, in plan order, and check
    that it can be stored, before anything is written;
 5. apply every row read, as one batch, with the read's sequence (a later read of a row
@@ -52,7 +53,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -219,18 +220,14 @@ class Step:
         store = CheckpointFile(self.checkpoints)
         stored = store.read(source, self.flow, self.dataset)
         cursor = source.run_cursor()
-        jdbc = Jdbc(spark, source, staged) if source.url is not None else None
-        table: Any = jdbc.table if jdbc else pgextract.describe(source)
-        retry = Retry(source.name, options.retries, self.say, jdbc.gist if jdbc else _words)
-        if jdbc:
-            newest_in, edge_of = jdbc.newest, jdbc.edge
-        else:
-            newest_in = functools.partial(pgextract.newest, source, table)
-            edge_of = functools.partial(pgextract.edge, source, table)
+        reads: Reads = (
+            Jdbc(spark, source, staged) if source.url is not None else Libpq(spark, source, staged)
+        )
+        retry = Retry(source.name, options.retries, self.say, reads.gist)
         newest, unknown = None, None
         try:  # what it can reach: the lag's measure, which the read does not need
             newest = retry(
-                lambda _: newest_in(), "the lookup of the newest values", LagUnknownError
+                lambda _: reads.newest(), "the lookup of the newest values", LagUnknownError
             )
         except LagUnknownError as error:
             unknown = str(error)
@@ -238,7 +235,7 @@ class Step:
         if limit is not None:
             beyond = limit.beyond(stored).narrowed(source.where).where
             at = retry(
-                lambda _: edge_of(limit, stored),
+                lambda _: reads.edge(limit, stored),
                 "the lookup of the limit's edge",
                 lambda words, attempts: PlanFailedError(
                     query="lookup of the `limit`'s edge",
@@ -251,14 +248,7 @@ class Step:
             bound = limit.within(stored, at)
         batches = extract.plan(source, cursor, stored, bound)
         read = store.next_read()
-        if jdbc:
-            got, acc, rows = jdbc.load(batches, cursor, stored, options.max_concurrency, retry)
-        else:
-            reader = Reader(source, table, cursor, stored, options, staged, self.say)
-            reads = reader.read_all(batches)
-            rows = sum(r.rows for r in reads)
-            acc = extract.advance(cursor, [r.acc for r in reads]) if rows else None
-            got = staging.frame(spark, [r.part for r in reads], table.schema(source.columns))
+        got, acc, rows = reads.load(batches, cursor, stored, options, retry)
         checkpoint = None
         if source.keeps_checkpoint:
             checkpoint = acc if rows else stored
@@ -281,6 +271,65 @@ class Step:
         return Extracted(result, rows, len(batches), checkpoint, advanced, unknown)
 
 
+class Reads(Protocol):
+    """One run's queries of a source, whichever way it reads: the lookups it plans with
+    and the read of its batches, each attempt run by the step's :class:`Retry` (which
+    quotes the database through ``gist``)."""
+
+    gist: Callable[[BaseException], str]
+
+    def newest(self) -> dict[str, Any]:
+        """Per ``cdc_order`` column, the newest value in scope (the lag's measure)."""
+        ...
+
+    def edge(self, limit: extract.Limit, checkpoint: Any) -> Any:
+        """Where a run with ``limit`` stops."""
+        ...
+
+    def load(
+        self,
+        batches: list[extract.Batch],
+        cursor: extract.Cursor,
+        checkpoint: Any,
+        options: extract.ExtractionOptions,
+        retry: Retry,
+    ) -> tuple[DataFrame, Any, int]:
+        """The rows read (typed as the flow reads them), their accumulator, their count."""
+        ...
+
+
+class Libpq:
+    """One run's reads of a ``dsn`` source (:mod:`autocdc.sources.pgextract`): the batches
+    read in the driver's threads, each retried on its own (:class:`Reader`)."""
+
+    gist = staticmethod(_words)  # psycopg's error carries the database's words
+
+    def __init__(self, spark: SparkSession, source: extract.Extraction, staged: Path) -> None:
+        self.spark, self.source, self.staged = spark, source, staged
+        self.table = pgextract.describe(source)
+
+    def newest(self) -> dict[str, Any]:
+        return pgextract.newest(self.source, self.table)
+
+    def edge(self, limit: extract.Limit, checkpoint: Any) -> Any:
+        return pgextract.edge(self.source, self.table, limit, checkpoint)
+
+    def load(
+        self,
+        batches: list[extract.Batch],
+        cursor: extract.Cursor,
+        checkpoint: Any,
+        options: extract.ExtractionOptions,
+        retry: Retry,
+    ) -> tuple[DataFrame, Any, int]:
+        reader = Reader(self.source, self.table, cursor, checkpoint, options, self.staged, retry)
+        reads = reader.read_all(batches)
+        rows = sum(r.rows for r in reads)
+        acc = extract.advance(cursor, [r.acc for r in reads]) if rows else None
+        schema = self.table.schema(self.source.columns)
+        return staging.frame(self.spark, [r.part for r in reads], schema), acc, rows
+
+
 class Jdbc:
     """One run's reads of a ``url`` source (:mod:`autocdc.sources.jdbcextract`): every
     batch a partition of one Spark read (at most ``max_concurrency`` queries at once),
@@ -293,29 +342,35 @@ class Jdbc:
         self.table = jdbcextract.describe(spark, source)
 
     def newest(self) -> dict[str, Any]:
-        return jdbcextract.newest(self.spark, self.source, self.table)
+        with jdbcextract.jvm_zone(self.spark):
+            return jdbcextract.newest(self.spark, self.source, self.table)
 
     def edge(self, limit: extract.Limit, checkpoint: Any) -> Any:
-        return jdbcextract.edge(self.spark, self.source, self.table, limit, checkpoint)
+        with jdbcextract.jvm_zone(self.spark):
+            return jdbcextract.edge(self.spark, self.source, self.table, limit, checkpoint)
 
     def load(
         self,
         batches: list[extract.Batch],
         cursor: extract.Cursor,
         checkpoint: Any,
-        most: int | None,
+        options: extract.ExtractionOptions,
         retry: Retry,
     ) -> tuple[DataFrame, Any, int]:
         """The rows read (typed as the flow reads them), their accumulator, their count."""
+        most = options.max_concurrency
 
         def attempt(number: int) -> tuple[DataFrame, Any, int]:
             path = self.staged / f"jdbc-attempt-{number}"
             try:
-                rows = jdbcextract.read(self.spark, self.source, self.table, batches, path, most)
-                crash_point("extract_mid_read")  # staged, not applied
-                count = rows.count()
-                folding = count and self.source.keeps_checkpoint  # STATELESS keeps none
-                acc = jdbcextract.accumulator(cursor, checkpoint, rows) if folding else None
+                with jdbcextract.jvm_zone(self.spark):  # the checkpoint's text: the database's
+                    rows = jdbcextract.read(
+                        self.spark, self.source, self.table, batches, path, most
+                    )
+                    crash_point("extract_mid_read")  # staged, not applied
+                    count = rows.count()
+                    folding = count and self.source.keeps_checkpoint  # STATELESS keeps none
+                    acc = jdbcextract.accumulator(cursor, checkpoint, rows) if folding else None
                 return jdbcextract.typed(rows, self.source.columns), acc, count
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
@@ -344,7 +399,7 @@ class Reader:
     checkpoint: Any
     options: extract.ExtractionOptions
     staged: Path  # the staged files' folder
-    say: Callable[[str], None] = _quiet
+    retry: Retry | None = None  # the step's (one rule for every query); else a quiet one
 
     def read_all(self, batches: list[extract.Batch]) -> list[Read]:
         """Every batch, up to ``max_concurrency`` at once; the reads in plan order, so the
@@ -402,5 +457,5 @@ class Reader:
                 error=words,
             )
 
-        retry = Retry(self.source.name, self.options.retries, self.say)
+        retry = self.retry or Retry(self.source.name, self.options.retries)
         return retry(attempt, f"batch {index + 1} of {len(batches)}", failed)

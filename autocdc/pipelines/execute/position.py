@@ -20,7 +20,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from pyspark.sql import DataFrame
 
-from autocdc.sources import kafkabroker
+from autocdc.sources import kafkabroker, kafkaclient
 
 FILE_FORMATS = {"json", "csv", "parquet", "orc", "text", "avro", "xml", "binaryfile"}
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -79,20 +79,29 @@ def sources(df: DataFrame, root: Path) -> list[dict[str, Any]]:
 
 
 def _kafka(options: Any) -> dict[str, Any]:
-    """A Kafka source from its options (a case-insensitive Java map)."""
+    """A Kafka source from its options (a case-insensitive Java map). A secured one keeps
+    its securing options as declared (``client``: placeholders, never a secret), from
+    which the lag is asked, in the run and in ``autocdc status``."""
     subscribed, assigned = options.get("subscribe"), options.get("assign")
     topics = [t.strip() for t in subscribed.split(",")] if subscribed else None
     if assigned:
         topics = sorted(json.loads(assigned))
-    # A secured broker is Spark's client's to ask: the lag is unknown.
-    secured = kafkabroker.secured(options.keySet().toArray())
-    return {
-        "kind": "other" if secured else "kafka",
+    found = {
+        "kind": "kafka",
         "path": None,
         "servers": options.get("kafka.bootstrap.servers"),
         "topics": topics,
         "pattern": options.get("subscribePattern"),
     }
+    declared = options.get(kafkaclient.RECORD_OPTION)
+    if declared:
+        found["client"] = json.loads(declared)
+    else:  # a reader of the user's own: its secrets are values, so they are left out
+        names = [str(n) for n in options.keySet().toArray()]
+        client = kafkaclient.recorded({n: options.get(n) for n in names})
+        if client:
+            found["client"] = client
+    return found
 
 
 def committed(checkpoint: Path) -> int | None:
@@ -254,9 +263,12 @@ def lag(
     for i, source in enumerate(found):
         end = ends[i] if i < len(ends) else None
         if source["kind"] == "kafka":
-            waiting = kafkabroker.behind(
-                source["servers"], end, source["topics"], source["pattern"]
-            )
+            client = kafkaclient.askable(source.get("client"))
+            waiting = None
+            if client is not None:  # else a secret written as it is: the lag is unknown
+                waiting = kafkabroker.behind(
+                    source["servers"], end, source["topics"], source["pattern"], client
+                )
             if waiting is not None:
                 records = (records or 0) + waiting.records
                 if waiting.oldest_age_seconds is not None:
