@@ -73,6 +73,8 @@ class AutoCdcFlow(FlowSpec):
     # An apply of staged changes collects tombstones only once they are cleared.
     _defer_maintenance: bool = PrivateAttr(default=False)
     _deferred: tuple[st.Layout, st.Meta] | None = PrivateAttr(default=None)
+    # What this flow last knew to be staged, and at which version of the staging table.
+    _known: staged.Known | None = PrivateAttr(default=None)
 
     @property
     def state_table(self) -> str:
@@ -148,7 +150,7 @@ class AutoCdcFlow(FlowSpec):
         stage.check_deterministic(df, self)
         with tuning.engine_settings(spark):
             metrics = self._stage_once(spark, df, stage_id, started)
-        pending = staged.status(spark, self.target, self.flow_name, last_apply=False)
+        pending = self._pending(spark)
         applied = self.apply_staged(spark) if self._due(pending) else None
         if applied is None:
             return replace(
@@ -211,8 +213,10 @@ class AutoCdcFlow(FlowSpec):
             if counts.rows_in > counts.rejected:
                 kept = [c for c in shaped.columns if c != change_rows.NO_CHANGE]
                 good = batch.tagged.where(col(REASON).isNull()).select(*[col(c) for c in kept])
+                before, staged_at = staged.version(spark, self.target), time.time()
+                known = self._known if self._known and self._known.at == before else None
                 crash_point("before_staged_commit")
-                staged.append(
+                appended = staged.append(
                     spark,
                     self.target,
                     self.flow_name,
@@ -220,6 +224,11 @@ class AutoCdcFlow(FlowSpec):
                     staged.tagged(good, self.flow_name, stage_id),
                 )
                 crash_point("after_staged_commit")
+                self._known = None  # read again, unless only this stage committed since
+                after = staged.version(spark, self.target)
+                if appended and known is not None and after == max(before, 0) + 1:
+                    good_rows = counts.rows_in - counts.rejected
+                    self._known = staged.Known(after, known.after_stage(good_rows, staged_at))
             steps.lap("staged")
         finally:
             batch.tagged.unpersist()
@@ -239,8 +248,16 @@ class AutoCdcFlow(FlowSpec):
     def apply_if_due(self, spark: SparkSession) -> BatchMetrics | None:
         """Apply the staged changes if they are due (see :meth:`stage`); None if not: what
         a long-running process calls between micro-batches, when a source is quiet."""
-        pending = staged.status(spark, self.target, self.flow_name, last_apply=False)
-        return self.apply_staged(spark) if self._due(pending) else None
+        return self.apply_staged(spark) if self._due(self._pending(spark)) else None
+
+    def _pending(self, spark: SparkSession) -> staged.Status:
+        """What the flow holds staged: as it last knew while the staging table is at the
+        version it knew it at (its own stage the last commit), else read (one job)."""
+        at = staged.version(spark, self.target)
+        if self._known is None or self._known.at != at:
+            status = staged.status(spark, self.target, self.flow_name, last_apply=False)
+            self._known = staged.Known(at, status)
+        return self._known.status
 
     def apply_staged(self, spark: SparkSession) -> BatchMetrics | None:
         """Apply every change the flow has staged, as one batch; None when nothing is
@@ -262,7 +279,7 @@ class AutoCdcFlow(FlowSpec):
             with tuning.engine_settings(spark):
                 collected = self._maintain(spark, *self._deferred)
             self._deferred = None
-        pending = staged.status(spark, self.target, self.flow_name, last_apply=False)
+        pending = self._pending(spark)
         return replace(
             metrics,
             tombstones_collected=collected,
@@ -626,6 +643,7 @@ class AutoCdcFlow(FlowSpec):
         commit.drop_redo(spark, self._names)
         self._forget()
         self._gc_clock = None
+        self._known = None
 
 
 def conformed(df: DataFrame, fitted: fit.Fit) -> DataFrame:

@@ -78,6 +78,28 @@ class Status:
         }
 
 
+def version(spark: SparkSession, target: str) -> int:
+    """The staging table's Delta version (-1: no table); a listing of its log, no job."""
+    name = table_of(target)
+    return commit.table_version(spark, name) if tables.exists(spark, name) else -1
+
+
+@dataclass(frozen=True)
+class Known:
+    """A flow's staged status as of one version of the staging table: while the table is
+    still at that version, nobody staged or applied since, and it need not be read."""
+
+    at: int
+    status: Status
+
+    def after_stage(self, rows: int, staged_at: float) -> Status:
+        """The status once one micro-batch of ``rows`` rows, staged at ``staged_at``
+        (seconds since the epoch), is added."""
+        old = self.status
+        oldest = staged_at if old.oldest_epoch is None else old.oldest_epoch
+        return Status(old.batches + 1, old.rows + rows, oldest)
+
+
 def last_stage(spark: SparkSession, target: str, flow: str) -> int:
     """The last stage id the flow committed (0: none)."""
     return commit.committed_version(spark, table_of(target), app_id(target, flow))
