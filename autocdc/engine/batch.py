@@ -126,6 +126,9 @@ class Plan:
     horizons: DataFrame | None = None  # SCD type 1: new horizons (a truncate moved them)
     # An initial load into an empty target: its rows, appended instead of ``merge``.
     load: DataFrame | None = None
+    # What ``merge`` makes of a read of the target, computed without writing (a read
+    # merged with staged changes: see :func:`merged`).
+    preview: Callable[[DataFrame], DataFrame] | None = None
 
     @property
     def changes_state(self) -> bool:
@@ -139,3 +142,15 @@ class Plan:
             or self.load is not None
             or self.late is not None
         )
+
+
+def merged(target: DataFrame, plan: Plan) -> DataFrame:
+    """``target`` (a read of the target) as the plan's commit would leave it, nothing
+    written: the rows of the plan's MERGE (or initial load) merged in at read time."""
+    if plan.load is not None:
+        return target.unionByName(plan.load.select(*[col(c) for c in target.columns]))
+    if plan.merge is None:
+        return target
+    if plan.preview is None:  # a mode with no merge-on-read: the spec refuses it first
+        raise NotImplementedError("this plan's MERGE has no merge-on-read")
+    return plan.preview(target)

@@ -242,6 +242,26 @@ class DefinitionChangedError(EngineError):
     PYTHON_REMEDY = "flow.full_refresh(spark)"
 
 
+class MaxStalenessUnsupportedError(EngineError):
+    error_class = "AUTOCDC_MAX_STALENESS_UNSUPPORTED"
+    template = (
+        "Flow `{flow}` sets `max_staleness` together with {why}. Staged micro-batches are "
+        "applied later as one batch, which is exact only for full-row upserts (a batch "
+        "that leaves a column out of a partial upsert would read as setting it to NULL "
+        "once batches are merged). Remove `max_staleness` from this flow (every "
+        "micro-batch is then applied at once), or send full rows."
+    )
+
+
+class InvalidMaxStalenessError(EngineError):
+    error_class = "AUTOCDC_INVALID_MAX_STALENESS"
+    template = (
+        "`{field}` = {value!r} is not {what}. Give an interval: a timedelta, a number of "
+        "seconds, or text such as '10 minutes' or 'INTERVAL 1 HOUR' (at least 0 seconds); "
+        "`max_staged_rows` takes a positive integer."
+    )
+
+
 class StateFormatError(EngineError):
     error_class = "AUTOCDC_STATE_FORMAT_CHANGED"
     template = (

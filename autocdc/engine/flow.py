@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 
 from py4j.protocol import Py4JJavaError
 from pydantic import PrivateAttr
@@ -18,10 +19,23 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from autocdc.engine import bound, commit, fit, gc, quarantine, scd1, scd2, stage, tables, tuning
+from autocdc.engine import (
+    bound,
+    change_rows,
+    commit,
+    fit,
+    gc,
+    quarantine,
+    scd1,
+    scd2,
+    stage,
+    staged,
+    tables,
+    tuning,
+)
 from autocdc.engine import state as st
-from autocdc.engine.batch import Batch, Counts, Plan
-from autocdc.engine.errors import ConcurrentWriteError
+from autocdc.engine.batch import Batch, Counts, Plan, merged
+from autocdc.engine.errors import ConcurrentWriteError, MaxStalenessUnsupportedError
 from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
@@ -31,6 +45,7 @@ from autocdc.engine.stage import DELETE, OP, REASON, TRUNCATE, col
 GC_INTERVAL_SECONDS = 3600.0
 MAX_ATTEMPTS = 8  # of one batch against writers that keep committing meanwhile
 STRATEGIES = {1: scd1.plan, 2: scd2.plan}
+CURRENT_VIEW_SUFFIX = "__autocdc_current"
 
 
 def _wait_after_losing(since: float) -> None:
@@ -55,6 +70,11 @@ class AutoCdcFlow(FlowSpec):
     _meta: st.MetaFrame | None = PrivateAttr(default=None)
     _at: tuple[int, int] | None = PrivateAttr(default=None)
     _gc_clock: float | None = PrivateAttr(default=None)
+    # An apply of staged changes collects tombstones only once they are cleared.
+    _defer_maintenance: bool = PrivateAttr(default=False)
+    _deferred: tuple[st.Layout, st.Meta] | None = PrivateAttr(default=None)
+    # What this flow last knew to be staged, and at which version of the staging table.
+    _known: staged.Known | None = PrivateAttr(default=None)
 
     @property
     def state_table(self) -> str:
@@ -110,7 +130,171 @@ class AutoCdcFlow(FlowSpec):
 
         Another writer committing to the flow meanwhile makes this batch start over
         against the new state (a few times, then :class:`ConcurrentWriteError`).
+        With ``max_staleness`` the micro-batch is staged instead (:meth:`stage`).
         """
+        if self.max_staleness is not None:
+            return self.stage(df)
+        return self._apply_now(df)
+
+    def stage(self, df: DataFrame, stage_id: int | None = None) -> BatchMetrics:
+        """Stage one micro-batch (a flow with ``max_staleness``): its bad rows are
+        quarantined, the rest appended to the staging table, nothing else is read or
+        written; then the staged changes are applied if they are due (the oldest older
+        than ``max_staleness``, or ``max_staged_rows`` staged).
+
+        ``stage_id`` (increasing, e.g. a streaming batch id) makes a replay stage nothing
+        twice; without it each call takes the next id. The returned metrics are the
+        stage's, or the apply's when it ran, with the staged counts after it."""
+        started = time.perf_counter()
+        spark = df.sparkSession
+        stage.check_deterministic(df, self)
+        with tuning.engine_settings(spark):
+            metrics = self._stage_once(spark, df, stage_id, started)
+        pending = self._pending(spark)
+        applied = self.apply_staged(spark) if self._due(pending) else None
+        if applied is None:
+            return replace(
+                metrics,
+                staged_batches=pending.batches,
+                staged_rows=pending.rows,
+                oldest_staged_seconds=pending.age_seconds,
+                seconds=round(time.perf_counter() - started, 3),
+            )
+        return replace(
+            applied,
+            rows_in=metrics.rows_in,
+            skipped=metrics.skipped,
+            quarantined=metrics.quarantined + applied.quarantined,
+            stage_id=metrics.stage_id,
+            steps={**metrics.steps, **{f"apply.{k}": v for k, v in applied.steps.items()}},
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    def _stage_once(
+        self, spark: SparkSession, df: DataFrame, stage_id: int | None, started: float
+    ) -> BatchMetrics:
+        """Quarantine the bad rows, then append the rest to the staging table, the stage's
+        commit point: with the pair (the flow's staging app id, the stage id), so Delta
+        skips a replayed stage id. The quarantine is idempotent by content (a row already
+        there is not added again), so a replay after a crash between the two adds nothing,
+        and a different batch that takes the same stage id loses none of its rows."""
+        steps = Steps()
+        done = staged.last_stage(spark, self.target, self.flow_name)
+        stage_id = done + 1 if stage_id is None else stage_id
+        committed = self.committed_batch(spark)
+        if stage_id <= done:  # a replay of a staged micro-batch
+            counts = Counts(0, 0, 0, 0, 0, 0, bound.KeyBound(()))
+            nothing = Plan(spark.range(0), None, None)
+            return replace(
+                self._metrics(started, committed, counts, nothing, {}, steps), stage_id=stage_id
+            )
+        fitted = fit.fit(spark, self, df, self.state_table)
+        if fitted.layout.partial:
+            raise MaxStalenessUnsupportedError(
+                flow=self.flow_name, why=f"target `{self.target}`, created partial"
+            )
+        self._prepare_tables(spark, fitted)
+        layout = fitted.layout
+        steps.lap("prepare")
+        shaped = conformed(df, fitted)
+        batch = stage.stage(shaped, self, layout.key_names, list(df.columns))
+        try:
+            counts = _counts(batch, layout.keys, False)
+            steps.lap("stage")
+            quarantined = 0
+            if counts.rejected:
+                rejected = quarantine.rows(
+                    batch.rejected, batch.source_columns, self.flow_name, stage_id
+                )
+                quarantine.create(spark, self.quarantine_table)
+                quarantine.append(spark, self.quarantine_table, rejected)
+                quarantined = counts.rejected
+            steps.lap("quarantine")
+            if counts.rows_in > counts.rejected:
+                kept = [c for c in shaped.columns if c != change_rows.NO_CHANGE]
+                good = batch.tagged.where(col(REASON).isNull()).select(*[col(c) for c in kept])
+                before, staged_at = staged.version(spark, self.target), time.time()
+                known = self._known if self._known and self._known.at == before else None
+                crash_point("before_staged_commit")
+                appended = staged.append(
+                    spark,
+                    self.target,
+                    self.flow_name,
+                    stage_id,
+                    staged.tagged(good, self.flow_name, stage_id),
+                )
+                crash_point("after_staged_commit")
+                self._known = None  # read again, unless only this stage committed since
+                after = staged.version(spark, self.target)
+                if appended and known is not None and after == max(before, 0) + 1:
+                    good_rows = counts.rows_in - counts.rejected
+                    self._known = staged.Known(after, known.after_stage(good_rows, staged_at))
+            steps.lap("staged")
+        finally:
+            batch.tagged.unpersist()
+        nothing = Plan(spark.range(0), None, None)
+        metrics = self._metrics(started, committed, counts, nothing, {}, steps, quarantined)
+        return replace(metrics, stage_id=stage_id)
+
+    def _due(self, pending: staged.Status) -> bool:
+        """Whether the staged changes are to be applied: the oldest is older than
+        ``max_staleness``, or ``max_staged_rows`` are staged."""
+        if not pending.rows or self.max_staleness is None:
+            return False
+        return (pending.age_seconds or 0.0) >= self.max_staleness.total_seconds() or (
+            self.max_staged_rows is not None and pending.rows >= self.max_staged_rows
+        )
+
+    def apply_if_due(self, spark: SparkSession) -> BatchMetrics | None:
+        """Apply the staged changes if they are due (see :meth:`stage`); None if not: what
+        a long-running process calls between micro-batches, when a source is quiet."""
+        return self.apply_staged(spark) if self._due(self._pending(spark)) else None
+
+    def _pending(self, spark: SparkSession) -> staged.Status:
+        """What the flow holds staged: as it last knew while the staging table is at the
+        version it knew it at (its own stage the last commit), else read (one job)."""
+        at = staged.version(spark, self.target)
+        if self._known is None or self._known.at != at:
+            status = staged.status(spark, self.target, self.flow_name, last_apply=False)
+            self._known = staged.Known(at, status)
+        return self._known.status
+
+    def apply_staged(self, spark: SparkSession) -> BatchMetrics | None:
+        """Apply every change the flow has staged, as one batch; None when nothing is
+        staged. Safe to repeat after a crash (an apply killed after its commit is applied
+        again next time: a replay, which changes nothing)."""
+        read = staged.read(spark, self.target, self.flow_name)
+        if read.rows is None:
+            return None
+        self._deferred = None
+        self._defer_maintenance = True
+        try:
+            metrics = self._apply_now(read.rows)
+        finally:
+            self._defer_maintenance = False
+        crash_point("after_staged_apply")
+        staged.clear(spark, self.target, self.flow_name, read.upto)
+        collected = 0
+        if self._deferred is not None:  # tombstones collected once nothing is staged
+            with tuning.engine_settings(spark):
+                collected = self._maintain(spark, *self._deferred)
+            self._deferred = None
+        pending = self._pending(spark)
+        return replace(
+            metrics,
+            tombstones_collected=collected,
+            tombstones_live=metrics.tombstones_live - collected,
+            applied_staged=read.count,
+            staged_batches=pending.batches,
+            staged_rows=pending.rows,
+            oldest_staged_seconds=pending.age_seconds,
+        )
+
+    def staged_status(self, spark: SparkSession) -> staged.Status:
+        """What the flow holds staged: batches, rows, the oldest's age, the last apply."""
+        return staged.status(spark, self.target, self.flow_name)
+
+    def _apply_now(self, df: DataFrame) -> BatchMetrics:
         started = time.perf_counter()
         spark = df.sparkSession
         stage.check_deterministic(df, self)
@@ -138,17 +322,10 @@ class AutoCdcFlow(FlowSpec):
         stored = self._catch_up(spark)
         meta = self._meta_at(spark, layout, stored)
         steps.lap("prepare")
-        columns = set(layout.key_names + layout.value_names)
-        conformed = df.select(
-            *[col(c) for c in df.columns if c not in columns], *fitted.conform, *fitted.sets
-        )
-        staged = stage.stage(conformed, self, layout.key_names, list(df.columns))
+        staged = stage.stage(conformed(df, fitted), self, layout.key_names, list(df.columns))
         with commit.warming(spark, [names.state, self.target]):
             try:
-                source_bytes = tuning.estimated_bytes(df)
-                listed = source_bytes is not None and source_bytes < bound.LISTED_BELOW_BYTES
-                with tuning.staging(spark, meta.meta.rows, source_bytes):
-                    counts = _counts(staged, layout.keys, listed)
+                counts = self._count(spark, df, staged, layout, meta)
                 steps.lap("stage")
                 if counts.rows_in == 0:  # nothing to read state for
                     return self._metrics(
@@ -159,25 +336,70 @@ class AutoCdcFlow(FlowSpec):
                         {},
                         steps,
                     )
-                batch = Batch(
-                    spark=spark,
-                    spec=self,
-                    names=names,
-                    layout=layout,
-                    tracked=fitted.tracked,
-                    staged=staged,
-                    counts=counts,
-                    meta=meta,
-                    stored=stored,
-                    batch_id=stored.committed + 1,
-                )
-                tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)
+                batch = self._batch(spark, fitted, staged, counts, meta, stored)
                 plan = STRATEGIES[self.stored_as_scd_type](batch)
                 steps.lap("plan")
                 crash_point("after_stage")
                 return self._commit(batch, plan, started, steps)
             finally:
                 staged.tagged.unpersist()
+
+    def _count(
+        self,
+        spark: SparkSession,
+        df: DataFrame,
+        staged: stage.StagedBatch,
+        layout: st.Layout,
+        meta: st.MetaFrame,
+    ) -> Counts:
+        source_bytes = tuning.estimated_bytes(df)
+        listed = source_bytes is not None and source_bytes < bound.LISTED_BELOW_BYTES
+        with tuning.staging(spark, meta.meta.rows, source_bytes):
+            return _counts(staged, layout.keys, listed)
+
+    def _batch(
+        self,
+        spark: SparkSession,
+        fitted: fit.Fit,
+        staged: stage.StagedBatch,
+        counts: Counts,
+        meta: st.MetaFrame,
+        stored: commit.Stored,
+    ) -> Batch:
+        batch = Batch(
+            spark=spark,
+            spec=self,
+            names=self._names,
+            layout=fitted.layout,
+            tracked=fitted.tracked,
+            staged=staged,
+            counts=counts,
+            meta=meta,
+            stored=stored,
+            batch_id=stored.committed + 1,
+        )
+        tuning.fit_to_size(spark, batch.meta.meta.rows + counts.rows_in)
+        return batch
+
+    def _merged(self, spark: SparkSession, df: DataFrame) -> DataFrame:
+        """The target (read at its current version) merged with the changes of ``df``:
+        the engine's own plan of them, its MERGE computed at read time, nothing written."""
+        fitted = fit.fit(spark, self, df, self.state_table)
+        self._prepare_tables(spark, fitted)  # a no-op: staging created and evolved them
+        stored = self._catch_up(spark)
+        meta = self._meta_at(spark, fitted.layout, stored)
+        version = commit.table_version(spark, self.target)
+        location = tables.default_location(spark, self.target)
+        target = spark.read.format("delta").option("versionAsOf", version).load(location)
+        changes = stage.stage(conformed(df, fitted), self, fitted.layout.key_names, df.columns)
+        try:
+            counts = self._count(spark, df, changes, fitted.layout, meta)
+            if counts.rows_in == 0:
+                return target
+            batch = self._batch(spark, fitted, changes, counts, meta, stored)
+            return merged(target, STRATEGIES[self.stored_as_scd_type](batch))
+        finally:
+            changes.tagged.unpersist()
 
     def _catch_up(self, spark: SparkSession) -> commit.Stored:
         """The committed batches and where their state is: as this flow left them while
@@ -251,7 +473,10 @@ class AutoCdcFlow(FlowSpec):
         steps.lap("state")
         self._meta = st.MetaFrame(grown, horizons, batch.meta.empty and plan.horizons is None)
         self._stored, self._at = stored, self._versions(spark)
-        collected = self._maintain(spark, batch.layout, grown)
+        if self._defer_maintenance:  # an apply of staged changes: after they are cleared
+            collected, self._deferred = 0, (batch.layout, grown)
+        else:
+            collected = self._maintain(spark, batch.layout, grown)
         steps.lap("maintain")
         quarantined = 0 if q_rows is None else batch.counts.rejected + plan.stats.get("late", 0)
         return self._metrics(
@@ -325,11 +550,34 @@ class AutoCdcFlow(FlowSpec):
         )
 
     def current(self, spark: SparkSession) -> DataFrame:
-        """The live rows only: for type 2, each key's open version (``__END_AT`` NULL)."""
-        target = tables.read(spark, self.target)
+        """The live rows only: for type 2, each key's open version (``__END_AT`` NULL).
+
+        With ``max_staleness``, the target merged with every change staged so far: the
+        rows the target will hold once they are applied (a snapshot: staged changes and
+        target as they are now)."""
+        target = self.fresh(spark)
         if self.stored_as_scd_type == 1:
             return target
         return target.where(col(END_AT).isNull()).drop(START_AT, END_AT)
+
+    def fresh(self, spark: SparkSession) -> DataFrame:
+        """The whole target (type 2: every version), merged with the staged changes of a
+        flow with ``max_staleness``; else the target as it is."""
+        if self.max_staleness is None:
+            return tables.read(spark, self.target)
+        read = staged.read(spark, self.target, self.flow_name)
+        if read.rows is None:
+            return tables.read(spark, self.target)
+        with tuning.engine_settings(spark):
+            return self._merged(spark, read.rows)
+
+    def current_view(self, spark: SparkSession, name: str | None = None) -> str:
+        """Register :meth:`current` as a temporary view (default ``<table>__autocdc_current``)
+        for Spark SQL, and return its name; it shows the rows as of this call: register
+        it again to see later changes."""
+        view = name or self.target.rpartition(".")[2] + CURRENT_VIEW_SUFFIX
+        self.current(spark).createOrReplaceTempView(view)
+        return view
 
     def as_of(self, spark: SparkSession, sequence: object) -> DataFrame:
         """Type 2: the rows as they were at ``sequence`` (a value or a Column of the
@@ -342,7 +590,7 @@ class AutoCdcFlow(FlowSpec):
             parse_hex_sequence(sequence)  # a malformed value is an error, not an empty result
             sequence = hex_sequence(F.lit(sequence))
         at = sequence if isinstance(sequence, Column) else F.lit(sequence)
-        target = tables.read(spark, self.target)
+        target = self.fresh(spark)
         alive = (col(START_AT) <= at) & (col(END_AT).isNull() | (col(END_AT) > at))
         return target.where(alive).drop(START_AT, END_AT)
 
@@ -361,6 +609,8 @@ class AutoCdcFlow(FlowSpec):
             or not tables.exists(spark, self.state_table)
         ):
             return 0
+        if self.max_staleness is not None:  # collected against an applied target only
+            self.apply_staged(spark)
         layout = fit.stored_layout(spark, self, self.state_table)
         with tuning.engine_settings(spark):
             for _ in range(MAX_ATTEMPTS):
@@ -389,9 +639,20 @@ class AutoCdcFlow(FlowSpec):
         """
         for table in (self.target, self.state_table, self.quarantine_table):
             tables.drop(spark, table)
+        staged.drop(spark, self.target)
         commit.drop_redo(spark, self._names)
         self._forget()
         self._gc_clock = None
+        self._known = None
+
+
+def conformed(df: DataFrame, fitted: fit.Fit) -> DataFrame:
+    """``df`` with its keys and values cast to the stored types (missing ones NULL) and,
+    on a partial target, each upsert's "sets" flags; its other columns as they are."""
+    columns = set(fitted.layout.key_names + fitted.layout.value_names)
+    return df.select(
+        *[col(c) for c in df.columns if c not in columns], *fitted.conform, *fitted.sets
+    )
 
 
 def _counts(staged: stage.StagedBatch, keys: list[StructField], listed: bool) -> Counts:

@@ -39,6 +39,13 @@ class BatchMetrics:
     tombstones_collected: int
     seconds: float
     steps: dict[str, float] = field(default_factory=dict)
+    # A flow with max_staleness: the micro-batch's stage id, the staged rows an apply
+    # took (0: none ran), and what is staged after the call (not applied yet).
+    stage_id: int | None = None
+    applied_staged: int = 0
+    staged_batches: int = 0
+    staged_rows: int = 0
+    oldest_staged_seconds: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

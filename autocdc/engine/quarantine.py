@@ -53,3 +53,11 @@ def new_rows(spark: SparkSession, table: str, quarantined: DataFrame) -> DataFra
         return distinct
     held = tables.read(spark, table).select("flow", "reason", "row")
     return distinct.join(held, ["flow", "reason", "row"], "left_anti").select(*SCHEMA.names)
+
+
+def append(spark: SparkSession, table: str, quarantined: DataFrame) -> None:
+    """Append the rows of ``quarantined`` the table does not hold yet (a staged
+    micro-batch's: idempotent by content, with no batch commit to ride on)."""
+    rows = new_rows(spark, table, quarantined).localCheckpoint()
+    if not rows.isEmpty():
+        rows.write.format("delta").mode("append").save(tables.default_location(spark, table))

@@ -444,7 +444,7 @@ def merge(
         update_condition = is_upsert
 
     def run() -> DataFrame:
-        settled = _settle_ties(spark, target, layout, source, ties) if ties else source
+        settled = _settle_ties(tables.read(spark, target), layout, source, ties) if ties else source
         return (
             tables.delta_table(spark, target)
             .alias("t")
@@ -460,17 +460,35 @@ def merge(
     return run
 
 
-def _settle_ties(
-    spark: SparkSession, target: str, layout: st.Layout, source: DataFrame, ties: int
-) -> DataFrame:
+def preview(layout: st.Layout, changes: DataFrame, ties: int) -> Callable[[DataFrame], DataFrame]:
+    """What :func:`merge` makes of ``target`` (a read of the target), nothing written:
+    every key with an action loses its row, and its upsert, unless it ties the held row
+    and loses to it (the same :func:`_settle_ties`), brings the new one. Not for a
+    partial target (its MERGE sets columns one by one)."""
+    keys, values = layout.key_names, layout.value_names
+    source = changes.where(col(ACTION).isNotNull()).select(
+        *[col(c) for c in [*keys, *values, ACTION, TIE]]
+    )
+
+    def read(target: DataFrame) -> DataFrame:
+        settled = _settle_ties(target, layout, source, ties) if ties else source
+        kept = target.join(F.broadcast(settled.select(*[col(k) for k in keys])), keys, "left_anti")
+        upserts = settled.where(col(ACTION) == ACT_UPSERT)
+        return kept.unionByName(upserts.select(*[col(c) for c in target.columns]))
+
+    return read
+
+
+def _settle_ties(held: DataFrame, layout: st.Layout, source: DataFrame, ties: int) -> DataFrame:
     """``source`` without the ``ties`` tied upserts that lose to the row the target holds
-    (the greater row wins, compared in the declared tie order). Ties are rare: their keys'
-    rows are read on their own, and the MERGE reads no value of the target."""
+    (``held``, a read of it; the greater row wins, compared in the declared tie order).
+    Ties are rare: their keys' rows are read on their own, and the MERGE reads no value
+    of the target."""
     keys = [col(k) for k in layout.key_names]
     tied = source.where(col(TIE) & (col(ACTION) == ACT_UPSERT)).select(
         *keys, layout.tie().alias(NEW_TIE)
     )
-    held = tables.read(spark, target).select(*keys, layout.tie().alias(HELD_TIE))
+    held = held.select(*keys, layout.tie().alias(HELD_TIE))
     wins = F.coalesce(col(NEW_TIE) > col(HELD_TIE), F.lit(False))
     losers = (
         held.join(sizing.small(tied, ties), layout.key_names)
@@ -695,4 +713,9 @@ def _planned(
         late=late,
         stats=stats,
         horizons=new_horizons,
+        preview=(
+            preview(layout, touched, stats["ties"])
+            if stats["actions"] and not layout.per_column_sequences
+            else None
+        ),
     )

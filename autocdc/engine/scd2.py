@@ -310,7 +310,7 @@ def merge(
     sole: bool,
     held: int,
     held_bound: kb.KeyBound,
-) -> Callable[[], DataFrame]:
+) -> tuple[Callable[[], DataFrame], Callable[[DataFrame], DataFrame]]:
     """The MERGE that turns the touched keys' history as their log gives it (what the
     target holds: the log describes the target) into the one their log and new changes
     give (``rows``: both, spread by key, the changes marked ``FRESH``, the rows of a key
@@ -319,7 +319,9 @@ def merge(
     Nothing runs until called, and the target is read within ``keys_bound`` (the touched
     keys'; with ``log_hashes``, the rebuilt keys' ``held`` logged upserts read their
     values from it first, within ``held_bound``, their keys'). ``sole``: ``rows`` are only
-    new changes, one per key, and nothing is logged (not spread: nothing is grouped)."""
+    new changes, one per key, and nothing is logged (not spread: nothing is grouped).
+    Returns the MERGE and its merge-on-read (:func:`preview`: what it makes of a read of
+    the target, nothing written)."""
     keys, values = layout.key_names, layout.value_names
     types = _target_types(layout)
     columns = list(types)
@@ -405,7 +407,44 @@ def merge(
             .execute()
         )
 
-    return run
+    def read(target: DataFrame) -> DataFrame:
+        return preview(layout, target, changed().localCheckpoint())
+
+    return run, read
+
+
+IN_T, IN_S = "__autocdc_in_t", "__autocdc_in_s"
+
+
+def preview(layout: st.Layout, target: DataFrame, source: DataFrame) -> DataFrame:
+    """What :func:`merge`'s MERGE of ``source`` makes of ``target`` (a read of the target),
+    nothing written, clause by clause: a matched version is deleted (``GONE``), ended
+    (``ENDS``: only ``__END_AT``) or rewritten; an unmatched source row opens a version.
+    Only the keys ``source`` touches are joined; the other rows pass as they are."""
+    keys = layout.key_names
+    touched = F.broadcast(source.select(*[col(k) for k in keys]).distinct())
+    kept = target.join(touched, keys, "left_anti")
+    held = target.join(touched, keys, "left_semi").withColumn(IN_T, F.lit(True))
+    new = source.withColumn(IN_S, F.lit(True))
+    on = reduce(lambda a, b: a & b, [col(k, "t") == col(k, "s") for k in keys]) & (
+        (col(START_AT, "t") == col(START_AT, "s"))
+        | (col(START_AT, "s").isNull() & col(END_AT, "t").isNull())
+    )
+    both = held.alias("t").join(new.alias("s"), on, "full")
+    in_t, in_s = col(IN_T, "t").isNotNull(), col(IN_S, "s").isNotNull()
+    gone, ends = F.coalesce(col(GONE, "s"), F.lit(False)), F.coalesce(col(ENDS, "s"), F.lit(False))
+    rewritten = in_t & in_s & ~ends
+
+    def pick(c: str) -> Column:
+        if c in keys or c == START_AT:
+            return F.when(in_t, col(c, "t")).otherwise(col(c, "s"))
+        if c == END_AT:
+            return F.when(in_s, col(c, "s")).otherwise(col(c, "t"))
+        return F.when(~in_t | rewritten, col(c, "s")).otherwise(col(c, "t"))
+
+    stays = F.when(in_t, ~in_s | ~gone).otherwise(~gone & col(START_AT, "s").isNotNull())
+    changed = both.where(stays).select(*[pick(c).alias(c) for c in target.columns])
+    return kept.unionByName(changed)
 
 
 def _clear_last(layout: st.Layout, fresh: Column, per_key: Window) -> Column:
@@ -522,7 +561,7 @@ def plan(batch: Batch) -> Plan:
     if load:  # an initial load into an empty target: each upsert opens a version
         opened = _opened(layout, rows, _target_types(layout))
         return Plan(state_rows=new_events, merge=None, late=None, stats=stats, load=opened)
-    run = merge(
+    run, read = merge(
         spark,
         batch.names.target,
         layout,
@@ -533,4 +572,4 @@ def plan(batch: Batch) -> Plan:
         row["held"] if reads_held else 0,
         kb.from_row(row, layout.keys, prefix=HELD_BOUND),
     )
-    return Plan(state_rows=new_events, merge=run, late=None, stats=stats)
+    return Plan(state_rows=new_events, merge=run, late=None, stats=stats, preview=read)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -40,9 +41,11 @@ from autocdc.engine.errors import (
     EmptyKeysError,
     InvalidColumnsToUpdateError,
     InvalidKeyTypeError,
+    InvalidMaxStalenessError,
     InvalidRetentionError,
     InvalidSequenceTypeError,
     KeyNotSelectedError,
+    MaxStalenessUnsupportedError,
     ReservedColumnError,
     SequenceGroupsError,
     TrackHistoryColumnNotSelectedError,
@@ -62,6 +65,37 @@ MAX_RETENTION_DAYS = 36_500
 TRACK_HISTORY_LISTS = ("track_history_column_list", "track_history_except_column_list")
 GROUP_NAME = re.compile(r"[A-Za-z0-9_]+")
 IGNORE_NULL_LISTS = ("ignore_null_updates_column_list", "ignore_null_updates_except_column_list")
+_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([a-z]+)\s*")
+_INTERVAL_UNITS = {
+    "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+}  # fmt: skip
+
+
+def parse_interval(value: object, field: str = "max_staleness") -> timedelta:
+    """An interval as a ``timedelta``: a timedelta, a number of seconds, or text such as
+    ``"10 minutes"``, ``"1 hour 30 minutes"`` or SQL's ``"INTERVAL 10 MINUTE"``."""
+    seconds: float | None = None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower().removeprefix("interval").strip().replace("'", "")
+        parts, at = [], 0
+        while at < len(text):
+            found = _INTERVAL_PART.match(text, at)
+            if found is None or found.group(2) not in _INTERVAL_UNITS:
+                parts = []
+                break
+            parts.append(float(found.group(1)) * _INTERVAL_UNITS[found.group(2)])
+            at = found.end()
+        seconds = sum(parts) if parts else None
+    if seconds is None or seconds < 0:
+        raise InvalidMaxStalenessError(field=field, value=value, what="an interval")
+    return timedelta(seconds=seconds)
 
 
 def is_reserved(name: str) -> bool:
@@ -195,6 +229,34 @@ class FlowSpec(BaseModel):
     table_properties: dict[str, str] | None = Field(
         default=None, description="Delta table properties the target is created with."
     )
+    max_staleness: timedelta | None = Field(
+        default=None,
+        description="autocdc: how old the applied target may be. Set, a micro-batch is "
+        "only staged (appended to the flow's staging table) and the staged changes are "
+        "applied as one batch once the oldest is older than this (or max_staged_rows "
+        "are staged, or on apply_staged); current() reads the target merged with them.",
+    )
+    max_staged_rows: int | None = Field(
+        default=None,
+        description="autocdc: with max_staleness, apply the staged changes once at least "
+        "this many rows are staged.",
+    )
+
+    @field_validator("max_staleness", mode="before")
+    @classmethod
+    def _interval(cls, value: object) -> object:
+        return None if value is None else parse_interval(value)
+
+    @field_validator("max_staged_rows", mode="before")
+    @classmethod
+    def _positive_rows(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidMaxStalenessError(
+                field="max_staged_rows", value=value, what="a positive integer"
+            )
+        return value
 
     @field_validator("stored_as_scd_type", mode="before")
     @classmethod
@@ -257,7 +319,34 @@ class FlowSpec(BaseModel):
         self._check_track_history()
         self._check_partial()
         self._check_groups()
+        self._check_staleness()
         return self
+
+    def _check_staleness(self) -> None:
+        """Staged batches are applied as one: exact for full-row upserts only."""
+        if self.max_staleness is None:
+            if self.max_staged_rows is not None:
+                raise MaxStalenessUnsupportedError(
+                    flow=self.flow_name, why="`max_staged_rows` but no `max_staleness`"
+                )
+            return
+        if self.partial:
+            option = next(
+                (
+                    f
+                    for f in (
+                        "sequence_groups",
+                        "columns_to_update",
+                        "ignore_null_updates",
+                        *IGNORE_NULL_LISTS,
+                    )
+                    if getattr(self, f) not in (None, False)
+                ),
+                "partial_target",
+            )
+            raise MaxStalenessUnsupportedError(
+                flow=self.flow_name, why=f"`{option}` (partial upserts)"
+            )
 
     def _check_groups(self) -> None:
         """Sequence groups: a flow names its own group among the target's, whose columns

@@ -1,5 +1,5 @@
-"""Command line: ``autocdc run | dry-run | status | history | report | init | launcher`` (also
-``python -m autocdc``).
+"""Command line: ``autocdc run | dry-run | apply | status | history | report | init |
+launcher`` (also ``python -m autocdc``).
 
 The flags of ``run`` are those of Spark's ``spark-pipelines`` CLI. A definition problem
 exits with status 2 before anything is written.
@@ -67,7 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="per-batch metrics of one flow")
     history.add_argument("flow")
     history.add_argument("--last", type=int, default=20, metavar="N", help="default: 20")
-    for command in (run, dry, status, history):
+    apply = commands.add_parser(
+        "apply", help="apply the changes that flows with max_staleness staged, now"
+    )
+    apply.add_argument("datasets", nargs="*", help="default: every dataset")
+    for command in (run, dry, apply, status, history):
         command.add_argument("--spec", type=Path, help="spark-pipeline.yml (default: found)")
     for command in (status, history):
         command.add_argument("--json", action="store_true", help="stable JSON, for scripts")
@@ -203,6 +207,9 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     if args.command == "dry-run":
         runner.say("dry run: every definition resolved, nothing written")
         return 0
+    if args.command == "apply":
+        runner.Runner(spark, spec, resolved).apply_all(set(args.datasets))
+        return 0
     runner.Runner(spark, spec, resolved).run(options)
     return 0
 
@@ -222,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         spec = project.load(args.spec or project.find_spec(Path.cwd()))
         with contextlib.ExitStack() as held:
-            if args.command == "run":  # one run at a time: refused before Spark starts
+            if args.command in ("run", "apply"):  # one at a time: refused before Spark starts
                 expiry = lock.expiry_seconds(spec)
                 held.enter_context(lock.hold(spec.storage_path, spec.name, expiry))
             held.enter_context(interrupt.noted())

@@ -22,6 +22,8 @@ from changes import EVERYTHING, A, B, C, rows
 from processes import run_worker
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd1_groups, fold_scd2
 
+from autocdc.engine import tables
+
 # Heavy explorations (more kill chains) run only with AUTOCDC_HYPOTHESIS=dev.
 explore = pytest.mark.skipif(
     os.environ.get("AUTOCDC_HYPOTHESIS") != "dev", reason="exploration: AUTOCDC_HYPOTHESIS=dev"
@@ -217,3 +219,43 @@ def test_a_kill_during_one_flow_while_the_other_runs_converges(spark, warehouse,
         else:
             got = {(r.id, (r.a, r.b, r.c), r["__START_AT"], r["__END_AT"]) for r in table}
             assert got == fold_scd2(changes)
+
+
+@pytest.mark.e2e
+@explore  # two Spark starts per SCD type: in CI once its time is known to fit
+@pytest.mark.parametrize("scd_type", [1, 2])
+def test_kills_while_staging_and_applying_converge(spark, warehouse, new_table, scd_type):
+    """A flow with ``max_staleness``: killed while staging B (after its quarantine, before
+    its commit), B staged again by the next process, which is killed inside the apply
+    (SCD1: between the target commit and the staged rows' removal; SCD2: between the
+    target and its log), then, here, a replay of B and C staged and everything applied.
+    The fresh read and the applied target equal the reference fold; B's NULL key is
+    quarantined once. The workers share this session's warehouse."""
+    target = new_table("staged_crash")
+    b = [*rows(B), NULL_KEY_ROW]
+    first = {"staged": {"batches": [rows(A), b]}}
+    killed = run_worker(warehouse, target, first, "before_staged_commit", scd_type)
+    crash = "after_staged_apply" if scd_type == 1 else "after_target_commit"
+    second = {"staged": {"batches": [b], "apply": True}}
+    assert (killed, run_worker(warehouse, target, second, crash, scd_type)) == (
+        -signal.SIGKILL,
+        -signal.SIGKILL,
+    )
+    flow = crash_worker.staging_flow(target, scd_type)
+    flow.stage(spark.createDataFrame([*b, *rows(C)], crash_worker.SCHEMA))
+
+    def scd2(df) -> set:
+        return {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in df.collect()}
+
+    if scd_type == 1:
+        assert {r.id: (r.a, r.b) for r in flow.current(spark).collect()} == fold_scd1(A + B + C)
+    else:
+        assert scd2(flow.fresh(spark)) == fold_scd2(A + B + C)
+    flow.apply_staged(spark)
+    applied = tables.read(spark, target)
+    if scd_type == 1:
+        assert {r.id: (r.a, r.b) for r in applied.collect()} == fold_scd1(A + B + C)
+    else:
+        assert scd2(applied) == fold_scd2(A + B + C)
+    quarantine = tables.read(spark, flow.quarantine_table).collect()
+    assert [r.reason for r in quarantine] == ["AUTOCDC_NULL_KEY"]

@@ -563,3 +563,18 @@ def test_sequence_group_clause() -> None:
     twice = "SEQUENCE GROUP a IN (a (x))"
     err = error(f"AUTO CDC INTO t FROM s KEYS (id) {twice} {twice}")
     assert "SEQUENCE GROUP" in err.params["problem"]
+
+
+@pytest.mark.parametrize(
+    ("clause", "interval"),
+    [
+        ("MAX STALENESS INTERVAL 10 MINUTES", "10 MINUTES"),
+        ("MAX STALENESS = INTERVAL '1 hour'", "1 hour"),
+        ("MAX STALENESS '90 seconds'", "90 seconds"),
+        ("MAX STALENESS INTERVAL 1 HOUR 30 MINUTES", "1 HOUR 30 MINUTES"),
+    ],
+)
+def test_max_staleness(clause: str, interval: str) -> None:
+    statement = cdc(f"SEQUENCE BY max_seq {clause} MAX STAGED ROWS 500")
+    assert (statement.max_staleness, statement.max_staged_rows) == (interval, 500)
+    assert statement.sequence_by == "max_seq"

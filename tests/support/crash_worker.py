@@ -11,6 +11,10 @@ own target: one process (one Spark start) then serves two kill chains. ``{"snaps
 instead runs an ``AutoCdcSnapshotFlow`` over a view of those rows (id, a, b: a source
 numbered by run), the crash point armed.
 
+``{"staged": {"batches": [batch, ...], "apply": bool}}``: a flow with ``max_staleness``
+stages the batches in turn (the crash point armed for the last), then applies what is
+staged if ``apply`` (the crash point armed there too).
+
 ``{"two_flows": {"targets": {name: scd_type}, "first": batch, "A": batch, "B": batch}}``:
 two flows into each target (:func:`two_flows`: A full rows, B partial upserts; with
 ``"groups": true`` each its own sequence group); A's
@@ -103,6 +107,9 @@ def main(warehouse: str, target: str, rows_json: str, scd_type: str) -> None:
         run_two_flows(spark, payload["two_flows"], os.environ.pop(CRASH_ENV, None))
         return
     crash_at = os.environ.pop(CRASH_ENV, None)
+    if isinstance(payload, dict) and "staged" in payload:
+        run_staged(spark, target, int(scd_type), payload["staged"], crash_at)
+        return
     if isinstance(payload, dict) and "snapshot" in payload:
         run_snapshot(spark, target, int(scd_type), payload["snapshot"], crash_at)
         return
@@ -133,6 +140,34 @@ def apply_all(
         retry_lost(lambda df=df: flow.apply(df))
         if os.environ.get("AUTOCDC_TEST_COLLECT"):
             retry_lost(lambda: flow.collect_tombstones(spark))
+
+
+def staging_flow(target: str, scd_type: int) -> autocdc.AutoCdcFlow:
+    return autocdc.AutoCdcFlow(
+        target=target,
+        keys=["id"],
+        sequence_by="seq",
+        apply_as_deletes="op = 'D'",
+        except_column_list=["op", "seq"],
+        stored_as_scd_type=scd_type,
+        max_staleness="1 day",
+    )
+
+
+def run_staged(
+    spark: SparkSession, target: str, scd_type: int, plan: dict, crash_at: str | None
+) -> None:
+    """Stage ``plan["batches"]`` in turn (armed for the last), then apply if ``apply``."""
+    flow = staging_flow(target, scd_type)
+    batches = plan["batches"]
+    for i, batch in enumerate(batches):
+        if crash_at and i == len(batches) - 1:
+            os.environ[CRASH_ENV] = crash_at
+        flow.stage(spark.createDataFrame([tuple(r) for r in batch], SCHEMA))
+    if plan.get("apply"):
+        if crash_at:
+            os.environ[CRASH_ENV] = crash_at
+        flow.apply_staged(spark)
 
 
 def run_snapshot(

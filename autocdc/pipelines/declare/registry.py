@@ -140,6 +140,8 @@ _CDC_OPTIONS = (
     "columns_to_update",
     "sequence_group",
     "sequence_groups",
+    "max_staleness",
+    "max_staged_rows",
 )
 
 

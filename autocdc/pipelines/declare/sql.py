@@ -63,6 +63,7 @@ snapshot: "SNAPSHOT"i name
 keys: "KEYS"i "(" _columns ")"
 _cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
     | columns | stored_as_scd_type | track_history | columns_to_update | sequence_group
+    | max_staleness | max_staged_rows
 _snapshot_clause: stored_as_scd_type | track_history
 ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i ("ON"i _selection)?
 apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
@@ -79,6 +80,11 @@ _selection: column_list | "(" column_list ")" | "*" ("EXCEPT"i "(" except_list "
 column_list: _columns
 except_list: _columns
 stored_as_scd_type: "STORED"i "AS"i "SCD"i "TYPE"i NUMBER
+// stage micro-batches, apply them once the oldest is older than this (BigQuery's option)
+max_staleness: "MAX"i "STALENESS"i "="? (STRING | "INTERVAL"i (STRING | _amounts))
+_amounts: amount+
+amount: NUMBER IDENT
+max_staged_rows: "MAX"i "STAGED"i "ROWS"i "="? NUMBER
 // an extraction source's clauses: CONNECTION, STRATEGY, ORDER BY (its cdc_order), WHERE
 // (its scope, sent to the database), PARTITIONS, LOOKBACK, LIMIT, COLUMNS, OPTIONS
 _extract_clause: connection | strategy | cdc_order | scope | partitions | lookback | limit
@@ -208,6 +214,8 @@ class AutoCdcStatement:
     ignore_null_updates_except_column_list: list[str] | None = None  # ... ON * EXCEPT (a)
     sequence_group: str | None = None  # SEQUENCE GROUP g IN (g (a, b), h (c))
     sequence_groups: dict[str, list[str]] | None = None
+    max_staleness: str | None = None  # MAX STALENESS INTERVAL 10 MINUTES, as an interval text
+    max_staged_rows: int | None = None  # MAX STAGED ROWS 100000
 
 
 @dataclass(frozen=True)
@@ -313,6 +321,8 @@ _CLAUSE_WORDS = {
     "stored_as_scd_type": "STORED AS",
     "track_history": "TRACK HISTORY ON",
     "sequence_group": "SEQUENCE GROUP",
+    "max_staleness": "MAX STALENESS",
+    "max_staged_rows": "MAX STAGED ROWS",
     "connection": "CONNECTION",
     "strategy": "STRATEGY",
     "cdc_order": "ORDER BY",
@@ -471,6 +481,7 @@ class _Builder(Transformer):
         (to_update,) = c.get("columns_to_update", [None])
         group, groups = c.get("sequence_group") or (None, None)
         once = "once" in c
+        (rows,) = c.get("max_staged_rows", [None])
         return AutoCdcStatement(
             name=names[0],
             target=names[-1],
@@ -493,7 +504,18 @@ class _Builder(Transformer):
             ignore_null_updates_except_column_list=except_ignoring,
             sequence_group=group,
             sequence_groups=groups,
+            max_staleness=c["max_staleness"][0] if "max_staleness" in c else None,
+            max_staged_rows=None if rows is None else int(_number(rows)),
         )
+
+    def max_staleness(self, meta: Meta, children: list[Any]) -> _Clause:
+        """The interval as text the engine reads: ``'10 minutes'`` or ``10 MINUTES``."""
+        if len(children) == 1 and isinstance(children[0], Token):
+            return _Clause("max_staleness", [_unquote(children[0])], meta)
+        return _Clause("max_staleness", [" ".join(children)], meta)
+
+    def amount(self, meta: Meta, children: list[Token]) -> str:
+        return f"{children[0]} {children[1]}"
 
     def snapshot_flow(self, meta: Meta, children: list[Any]) -> AutoCdcSnapshotStatement:
         names, c = self._split(children)

@@ -44,6 +44,7 @@ from autocdc.pipelines.errors import (
     FlowAnalysisError,
     FlowsDisagreeError,
     NotAStreamingTableError,
+    PipelineDefinitionError,
     SnapshotTargetSharedError,
     UndefinedTargetError,
 )
@@ -171,6 +172,8 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 kind=dataset.kind.replace("_", " "),
                 what="Append flows" if isinstance(flow, QueryFlow) else "AUTO CDC flows",
             )
+        if isinstance(flow, CdcFlow) and flow.spec.max_staleness is not None:
+            _check_staging(flow)
         flows[dataset.name].append(flow)
     for name, into in flows.items():
         _check_alone(into)
@@ -179,6 +182,23 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
         if any(f.spec.partial for f in cdc):
             flows[name] = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
     return flows
+
+
+def _check_staging(flow: CdcFlow) -> None:
+    """A flow with ``max_staleness`` stages its micro-batches and applies them later as
+    one batch: an extraction flow orders its changes by each run's read, which a later
+    apply cannot tell apart, and a once flow is a single batch anyway."""
+    why = None
+    if flow.extraction is not None:
+        why = "it reads an extraction source (its changes are ordered by each run's read)"
+    elif flow.once:
+        why = "it is a once flow (one batch, applied as it is read)"
+    if why is not None:
+        raise PipelineDefinitionError(
+            where=flow.where,
+            problem=f"flow `{flow.name}` sets max_staleness, but {why}",
+            hint="Remove max_staleness from this flow.",
+        )
 
 
 def _partial(flow: CdcFlow) -> CdcFlow:

@@ -174,6 +174,8 @@ class Runner:
                 if query is not None and not options.continuous:
                     query.awaitTermination()
                     interrupt.check()  # Ctrl-C stopped it, short of up to date
+                if not options.continuous:  # a triggered run ends with nothing staged
+                    self.apply_staged(flow, target)
             except BaseException as error:
                 lost = data_lost(self.failure or error, flow.name, dataset.name)
                 self.events.write(
@@ -189,6 +191,37 @@ class Runner:
             else:
                 self._stopped(flow.name, target)
                 say(f"flow {flow.name}: up to date")
+
+    def apply_staged(self, flow: Flow, target: str, due_only: bool = False) -> BatchMetrics | None:
+        """Apply what a flow with ``max_staleness`` staged (``due_only``: if it is due),
+        logged as a batch: at a triggered run's end, by ``autocdc apply``, and in a
+        continuous run when a quiet source leaves staged changes older than allowed."""
+        if not isinstance(flow, CdcFlow) or flow.spec.max_staleness is None:
+            return None
+        engine = g.engine_flow(flow, target)
+        metrics = engine.apply_if_due(self.spark) if due_only else engine.apply_staged(self.spark)
+        if metrics is not None:
+            self._applied(flow.name, target, metrics, None)
+        return metrics
+
+    def apply_all(self, names: set[str]) -> None:
+        """``autocdc apply``: apply what every flow with ``max_staleness`` into the named
+        datasets (none named: every dataset) staged."""
+        known = [d.name for d in self.graph.order if d.kind != "temporary_view"]
+        unknown = names - set(known)
+        if unknown:
+            raise UnknownDatasetError(names=sorted(unknown), known=known)
+        staging = 0
+        for dataset in self.graph.order:
+            if dataset.kind == "temporary_view" or (names and dataset.name not in names):
+                continue
+            for flow in self.graph.flows[dataset.name]:
+                if isinstance(flow, CdcFlow) and flow.spec.max_staleness is not None:
+                    staging += 1
+                    if self.apply_staged(flow, self.qualify(dataset.name)) is None:
+                        say(f"flow {flow.name}: nothing staged")
+        if not staging:
+            say("no flow with max_staleness: nothing to apply")
 
     def _materialize(self, dataset: Dataset) -> None:
         """Recompute a materialized view, unless a table it reads does not exist yet: an
@@ -473,6 +506,9 @@ class Runner:
                     self.failure = None
                     self.queries[i] = (flow, dataset, target, self._restart(flow, dataset, options))
                 time.sleep(0.2)
+            for flow, _dataset, target, _query in self.queries:
+                if not (stop or interrupt.requested()):
+                    self.apply_staged(flow, target, due_only=True)
             for dataset in self.graph.order:
                 if dataset.kind == "materialized_view" and not (stop or interrupt.requested()):
                     self._materialize(dataset)

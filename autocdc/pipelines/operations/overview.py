@@ -143,6 +143,25 @@ def describe_extraction(lag: dict[str, Any]) -> str:
     return "; ".join([said, *gaps])
 
 
+def staged(metrics: dict[str, Any], micros: int | None) -> dict[str, Any] | None:
+    """A flow with ``max_staleness``: what it held staged after its last batch (the
+    batch's event at ``micros``), and how old its oldest staged change is now; None for
+    other flows."""
+    if metrics.get("stage_id") is None and not metrics.get("applied_staged"):
+        return None
+    age, oldest = metrics.get("oldest_staged_seconds"), None
+    if age is not None and micros is not None:
+        oldest = micros - int(age * 1e6)
+        age = round((datetime.now(timezone.utc) - EPOCH).total_seconds() - oldest / 1e6, 3)
+    return {
+        "batches": metrics.get("staged_batches", 0),
+        "rows": metrics.get("staged_rows", 0),
+        "oldest_staged_at": _iso(oldest),
+        "oldest_age_seconds": age,
+        "last_apply_rows": metrics.get("applied_staged", 0),
+    }
+
+
 def status(project: Project) -> dict[str, Any]:
     """Per flow: its last batch, totals, live and quarantined rows, tombstones, lag now."""
     doc: dict[str, Any] = {
@@ -172,7 +191,8 @@ def status(project: Project) -> dict[str, Any]:
             else pos.Lag()
         )
         batched = row["batch_id"] is not None
-        tombstones = json.loads(row["metrics"])["tombstones_live"] if batched else None
+        metrics = json.loads(row["metrics"]) if batched else {}
+        tombstones = metrics["tombstones_live"] if batched else None
         fell_back = {
             table: why
             for source in found
@@ -197,6 +217,7 @@ def status(project: Project) -> dict[str, Any]:
             "last_run": runs.get(row["run_id"]),
             # Tables whose initial load went by watermarks (docs/sources.md), and why.
             "load_by_watermarks": fell_back,
+            "staged": staged(metrics, row["t"]),
         }
         doc["flows"].append(entry)
     return doc
@@ -290,6 +311,14 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
             if f["extraction"]
             else describe_lag(pos.Lag(**f["lag"])),
         )
+        if f.get("staged"):
+            held = f["staged"]
+            age = held["oldest_age_seconds"]
+            reasons.append(
+                f"{f['flow']}: {held['rows']} changes staged in {held['batches']} micro-batches"
+                + ("" if age is None else f", the oldest {age:,.0f} s old")
+                + " (applied within max_staleness; `autocdc apply` applies them now)"
+            )
         for source_table, why in f["load_by_watermarks"].items():
             reasons.append(
                 f"{f['flow']}: the initial load of {source_table} went by watermarks ({why}): "

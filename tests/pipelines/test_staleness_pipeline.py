@@ -1,0 +1,108 @@
+"""Pipelines with ``max_staleness`` flows (Python's ``dp`` and SQL's ``MAX STALENESS``):
+a triggered run stages each micro-batch and applies them all at its end; the event log
+and ``autocdc status`` say what was staged and applied."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from changes import A, B, C, rows
+from projects import drop, scd1_rows, scd2_rows, write_project
+from reference import fold_scd1, fold_scd2
+
+from autocdc.pipelines import cli, errors
+from autocdc.pipelines.declare import project
+from autocdc.pipelines.execute import graph, runner
+from autocdc.pipelines.operations import overview
+
+FEED = """
+from autocdc import pipelines as dp
+
+@dp.temporary_view
+def changes():
+    return spark.readStream.schema("{feed}").option("maxFilesPerTrigger", 1).json("{data}")
+
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_flow(
+    target="latest", source="changes", keys=["id"], sequence_by="seq",
+    apply_as_deletes="op = 'D'", except_column_list=["op", "seq"], max_staleness="1 hour",
+)
+"""
+HISTORY = """
+CREATE OR REFRESH STREAMING TABLE history;
+CREATE FLOW history_cdc AS AUTO CDC INTO history
+FROM STREAM(changes) KEYS (id)
+APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)
+STORED AS SCD TYPE 2
+MAX STALENESS INTERVAL 1 HOUR;
+"""
+
+
+def _run(spark, spec: Path) -> runner.Runner:
+    loaded = project.load(spec)
+    try:
+        settings = runner.Options()
+        resolved = cli.resolve(loaded, spark, settings)
+        ran = runner.Runner(spark, loaded, resolved)
+        ran.run(settings)
+        return ran
+    finally:
+        spark.catalog.setCurrentDatabase("default")
+
+
+def test_a_triggered_run_stages_each_micro_batch_and_applies_them_at_its_end(
+    spark, warehouse, tmp_path, new_table
+):
+    database = new_table("stale")
+    spec = write_project(
+        tmp_path,
+        database,
+        {"feed.py": FEED, "history.sql": HISTORY},
+        {"spark.sql.warehouse.dir": str(warehouse)},
+    )
+    for i, changes in enumerate((A, B, C), start=1):
+        drop(tmp_path, str(i), changes)
+        os.utime(tmp_path / "data" / f"{i}.json", (1_000_000 + i, 1_000_000 + i))
+    _run(spark, spec)
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B + C)
+    assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
+
+    log = spark.read.format("delta").load(str(tmp_path / "storage" / "event_log"))
+    batches = [r for r in log.orderBy("event_time").collect() if r.event_type == "batch"]
+    for flow in ("latest", "history_cdc"):
+        mine = [r for r in batches if r.flow == flow]
+        staged = [r for r in mine if '"stage_id": null' not in r.metrics]
+        assert len(staged) == 3  # one a micro-batch, nothing applied
+        assert all(r.upserted + r.deleted == 0 for r in staged)
+        assert '"applied_staged": 9' in mine[-1].metrics  # the run's end applied them
+    doc = overview.status(project.load(spec))
+    by_flow = {f["flow"]: f for f in doc["flows"]}
+    assert by_flow["latest"]["staged"]["rows"] == 0
+    assert by_flow["latest"]["staged"]["last_apply_rows"] == 9
+
+
+def test_autocdc_apply_applies_what_is_staged(spark, warehouse, tmp_path, new_table):
+    """Staged by the engine (as a continuous run between applies), applied by the
+    ``apply`` command's runner; a dataset it does not know is refused."""
+    database = new_table("stale_apply")
+    spec = write_project(
+        tmp_path, database, {"feed.py": FEED}, {"spark.sql.warehouse.dir": str(warehouse)}
+    )
+    drop(tmp_path, "1", A)
+    ran = _run(spark, spec)
+    engine = graph.engine_flow(ran.graph.flows["latest"][0], f"{database}.latest")
+    engine.stage(spark.createDataFrame(rows(B), "id INT, a STRING, b INT, op STRING, seq BIGINT"))
+    assert engine.staged_status(spark).rows == len(B)
+    assert {r.id: (r.a, r.b) for r in engine.current(spark).collect()} == fold_scd1(A + B)
+    with pytest.raises(errors.UnknownDatasetError):
+        ran.apply_all({"nope"})
+    ran.apply_all({"latest"})
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B)
+    assert engine.staged_status(spark).rows == 0
+
+
+def test_apply_is_a_command():
+    args = cli._parser().parse_args(["apply", "latest", "history"])
+    assert (args.command, args.datasets) == ("apply", ["latest", "history"])
