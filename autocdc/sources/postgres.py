@@ -393,9 +393,9 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         part = StreamPartition(self.config, start["lsn"], end["lsn"], tuple(ranges), held, pending)
         return [part]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator:
         assert isinstance(partition, StreamPartition)
-        return _read(partition)
+        return pgchanges.arrow_batches(_read(partition))
 
     def commit(self, end: dict) -> None:
         """Acknowledge: the slot may free the WAL before ``end``. Retried while a reader
