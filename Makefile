@@ -8,7 +8,7 @@ JARS   := $(VENV)/share/autocdc/jars/autocdc-jars.json
 CLASSES := $(VENV)/share/autocdc/jars/autocdc-classes.json
 SOURCES := autocdc tests pipelines benchmarks
 
-.PHONY: setup demo test test-quick test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract bench-kafka clean
+.PHONY: setup demo test test-quick test-e2e lint bench bench-quick bench-smoke bench-snapshot bench-extract bench-kafka bench-pgbench bench-hotkey clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -74,6 +74,15 @@ bench-extract: setup
 
 bench-kafka: setup
 	$(PY) benchmarks/kafka.py
+
+# PostgreSQL capture under pgbench's write load: live lag, catch-up after a stop, targets
+# checked against the tables (pgbench -s 3, 150 s live, 150 s stopped).
+bench-pgbench: setup
+	$(PY) benchmarks/pgbench.py
+
+# SCD type 2 with hot keys: one key with 100k versions a batch, and 3 keys with 30k.
+bench-hotkey: setup
+	$(PY) benchmarks/hotkey.py
 
 clean:
 	rm -rf $(VENV) warehouse spark-warehouse .pytest_cache .hypothesis

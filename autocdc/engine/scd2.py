@@ -32,7 +32,6 @@ before the list was kept) set its non-NULL columns.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -58,6 +57,7 @@ NEW, HELD, GEN, REPEAT = "__autocdc_new", "__autocdc_held", "__autocdc_gen", "__
 FRESH, SIMPLE, TOUCHED = "__autocdc_fresh", "__autocdc_simple", "__autocdc_touched"
 LAST, EVENT, LOGGED = "__autocdc_last", "__autocdc_event", "__autocdc_logged"
 ENDS = "__autocdc_ends"
+APPEND, IN_PLACE, HELD_OPEN = "__autocdc_append", "__autocdc_in_place", "__autocdc_held_open"
 HELD_BOUND = "held"  # the prefix of the rebuilt keys' bound (see :func:`plan`)
 
 
@@ -113,32 +113,71 @@ def held_values(
     those of the target's version holding its sequence. Exact where every column is
     tracked, as a version's changes all hold its values; an upsert at a sequence no version
     holds (one deleted at its own sequence) is left out, as it shapes no version, now or
-    after any later change. ``held``: how many upserts ``logged`` holds (broadcast when
-    they fit; the target is read only within ``keys_bound``, theirs, and only if there
-    are any: on a target clustered by key, only the files that can hold them)."""
+    after any later change. ``held``: how many upserts ``logged`` holds (their keys, a
+    semi-join, broadcast when they fit; the target is read only within ``keys_bound``,
+    theirs, and only if there are any: on a target clustered by key, only the files that
+    can hold them).
+
+    The key's versions and its upserts in one sequence order: each upsert takes the
+    version that starts last at or before it, unless that one ended by then. Linear in a
+    key's rows: a join on the key and the range paired each upsert with every version of
+    its key (a key with many versions, many times over)."""
     keys, values = layout.key_names, layout.value_names
     deletes = logged.where(~col(st.LIVE))  # they hold no values
     if not held:
         return deletes
     bare = logged.drop(*values)
-    versions = kb.restrict(tables.read(spark, target), keys_bound)
-    within = (col(START_AT, "v") <= col(st.UPS, "l")) & (
-        col(END_AT, "v").isNull() | (col(st.UPS, "l") < col(END_AT, "v"))
+    upserts = bare.where(col(st.LIVE))
+    key_cols = [col(k) for k in keys]
+    versions = kb.of_keys(
+        tables.read(spark, target), keys_bound, keys, upserts.select(*key_cols), held
     )
-    on = reduce(lambda a, b: a & b, [col(k, "l") == col(k, "v") for k in keys]) & within
-    upserts = sizing.small(bare.where(col(st.LIVE)), held).alias("l")
-    filled = upserts.join(versions.alias("v"), on).select(
-        *[col(c, "l") for c in bare.columns], *[col(v, "v") for v in values]
+    rest = [c for c in bare.columns if c not in keys]
+    holder = F.struct(*[col(v) for v in values], col(END_AT).alias(END_AT))
+    both = versions.select(
+        *key_cols, col(START_AT).alias(START), F.lit(0).alias(RANK), holder.alias(HELD)
+    ).unionByName(
+        upserts.select(
+            *key_cols,
+            col(st.UPS).alias(START),
+            F.lit(1).alias(RANK),
+            F.struct(*[col(c) for c in rest]).alias(LAST),
+        ),
+        allowMissingColumns=True,
+    )
+    upto = (
+        Window.partitionBy(*key_cols)
+        .orderBy(START, RANK)
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    found = both.select(
+        *key_cols, RANK, LAST, F.last(HELD, ignorenulls=True).over(upto).alias(HELD)
+    )
+    ends = col(HELD)[END_AT]
+    within = (col(RANK) == 1) & col(HELD).isNotNull()
+    filled = found.where(within & (ends.isNull() | (col(LAST)[st.UPS] < ends))).select(
+        *key_cols, *[col(LAST)[c].alias(c) for c in rest], *[col(HELD)[v].alias(v) for v in values]
     )
     return filled.unionByName(deletes)
 
 
-def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]) -> DataFrame:
+def history(
+    log: DataFrame,
+    layout: st.Layout,
+    tracked: list[str],
+    by: list[str],
+    hashed: bool = False,
+    in_place: bool = False,
+) -> DataFrame:
     """Every version of each key and ``by`` group in ``log``: keys, ``by``, values,
     ``__START_AT``, ``__END_AT``.
 
     Every step groups by the keys and more, so a ``log`` spread by the keys alone is
-    never spread again: one shuffle for the whole history (see :func:`merge`)."""
+    never spread again: one shuffle for the whole history (see :func:`merge`). Each step
+    is linear in a key's rows, so a key with many changes costs what many keys do.
+    ``hashed``: upserts are compared by their ``HASH`` (every column tracked), as some
+    rows of ``log`` carry no values. ``in_place``: a column ``IN_PLACE`` tells whether a
+    version's values changed after its first row (an update in place)."""
     keys, values = layout.key_names, layout.value_names
     key_cols = [col(k) for k in [*keys, *by]]
     is_upsert = col(st.LIVE)
@@ -156,7 +195,8 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
             )
         ]
     else:  # equal-sequence upserts: the greatest row wins
-        best = F.max_by(F.struct(*[col(v) for v in values]), layout.tie())
+        carried = [*values, st.HASH] if hashed else values
+        best = F.max_by(F.struct(*[col(v) for v in carried]), layout.tie())
         merged = [best.alias(VALUES)]
     # Upserts and deletes at one sequence stay apart (RANK: the upsert first); a delete
     # carries no values.
@@ -167,7 +207,7 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
             *key_cols,
             st.UPS,
             RANK,
-            *[F.when(~is_delete, col(VALUES)[v]).alias(v) for v in values],
+            *[F.when(~is_delete, col(VALUES)[v]).alias(v) for v in carried],
         )
 
     order = Window.partitionBy(*key_cols).orderBy(st.UPS, RANK)
@@ -185,31 +225,50 @@ def history(log: DataFrame, layout: st.Layout, tracked: list[str], by: list[str]
             rows = rows.withColumn(v, last_set.over(in_segment)["v"])
 
     fields = {f.name: f.dataType for f in layout.values}
-    tracked_values = F.struct(*[st.comparable(c, fields[c]) for c in tracked if c in fields])
-    # Two window passes over the key's rows: the lags, then the running sum and the next
-    # boundary (four when ``opens`` was spelt out twice and each column had a pass).
+    tracked_values = (
+        F.struct(col(st.HASH))
+        if hashed
+        else F.struct(*[st.comparable(c, fields[c]) for c in tracked if c in fields])
+    )
+    # Two window passes over the key's rows, each linear in them: the lags, then the
+    # running sum and the leads (four when ``opens`` was spelt out twice and each column
+    # had a pass). A version's upserts are consecutive rows, so it ends at the row after
+    # its last upsert when that row is a boundary (a delete or the next version's start).
+    # A frame from the next row to the partition's end is aggregated anew for every row:
+    # quadratic in a key's changes, which a key with many versions in one batch never
+    # got through.
     opens = ~is_delete & (
         (F.coalesce(F.lag(RANK).over(order), F.lit(1)) == 1)
         | ~tracked_values.eqNullSafe(F.lag(tracked_values).over(order))
     )
-    after = order.rowsBetween(1, Window.unboundedFollowing)
     boundary = col(START) | is_delete
     rows = rows.withColumn(START, opens).select(
         "*",
         F.sum(col(START).cast("int")).over(upto).alias(VERSION),
-        F.first(F.when(boundary, col(st.UPS)), ignorenulls=True).over(after).alias(NEXT),
+        F.when(F.lead(boundary).over(order), F.lead(st.UPS).over(order)).alias(NEXT),
     )
+    value_struct = F.struct(*[col(v) for v in values])
+    extra = []
+    if in_place:
+        compared = F.struct(*[st.comparable(v, fields[v]) for v in values])
+        changed = ~F.max_by(compared, col(st.UPS)).eqNullSafe(F.min_by(compared, col(st.UPS)))
+        extra = [changed.alias(IN_PLACE)]
     versions = (
         rows.where(~is_delete)
         .groupBy(*key_cols, VERSION)
         .agg(
             F.min(st.UPS).alias(START_AT),
-            F.max(F.when(col(START), col(NEXT))).alias(END_AT),
-            F.max_by(F.struct(*[col(v) for v in values]), col(st.UPS)).alias(VALUES),
+            F.max(col(NEXT)).alias(END_AT),
+            F.max_by(value_struct, col(st.UPS)).alias(VALUES),
+            *extra,
         )
     )
     return versions.where(F.coalesce(col(START_AT) != col(END_AT), F.lit(True))).select(
-        *key_cols, *[col(VALUES)[v].alias(v) for v in values], START_AT, END_AT
+        *key_cols,
+        *[col(VALUES)[v].alias(v) for v in values],
+        START_AT,
+        END_AT,
+        *([IN_PLACE] if in_place else []),
     )
 
 
@@ -294,6 +353,38 @@ def _continued(
     )
 
 
+def _appended(
+    layout: st.Layout,
+    tracked: list[str],
+    rows: DataFrame,
+    types: dict[str, DataType],
+) -> DataFrame:
+    """The MERGE rows of keys whose new changes (more than one) all come after all they
+    logged, as a database's log sends a busy row's updates: the history of the key's
+    last logged change and its new changes alone, so a batch costs what it brings, not
+    what the key holds. A version starting at the last logged sequence continues the
+    open version: it is ended (only its end set) or, with new untracked values, updated
+    in place, its ``__START_AT`` NULL (see :func:`merge`'s condition); the others are
+    new. With ``log_hashes`` every column is tracked, so the hashes tell versions apart
+    and the open version's values never change in place. Not for a partial target."""
+    keys, values = layout.key_names, layout.value_names
+    hashed = layout.log_hashes
+    seeded = rows.where(col(FRESH) | (col(st.UPS) == col(LOGGED)))
+    versions = history(seeded, layout, tracked, [LOGGED], hashed=hashed, in_place=not hashed)
+    continues = col(START_AT).eqNullSafe(col(LOGGED))
+    in_place = F.lit(False) if hashed else col(IN_PLACE)
+    written = versions.where(~continues | col(END_AT).isNotNull() | in_place)
+    no_start = F.lit(None).cast(layout.sequence)
+    return written.select(
+        *[col(k) for k in keys],
+        F.when(continues, no_start).otherwise(col(START_AT)).cast(types[START_AT]).alias(START_AT),
+        *[col(v).cast(types[v]).alias(v) for v in values],
+        col(END_AT).cast(types[END_AT]).alias(END_AT),
+        F.lit(False).alias(GONE),
+        (continues & ~in_place).alias(ENDS),
+    )
+
+
 def _target_types(layout: st.Layout) -> dict[str, DataType]:
     """The target's columns and their types."""
     types = {f.name: f.dataType for f in [*layout.keys, *layout.values]}
@@ -314,7 +405,8 @@ def merge(
     """The MERGE that turns the touched keys' history as their log gives it (what the
     target holds: the log describes the target) into the one their log and new changes
     give (``rows``: both, spread by key, the changes marked ``FRESH``, the rows of a key
-    that continues its history ``SIMPLE``): versions that changed or are new are written,
+    that continues its history with one change ``SIMPLE``, with several ``APPEND``):
+    versions that changed or are new are written,
     versions that are gone deleted, the rest not touched.
     Nothing runs until called, and the target is read within ``keys_bound`` (the touched
     keys'; with ``log_hashes``, the rebuilt keys' ``held`` logged upserts read their
@@ -331,8 +423,9 @@ def merge(
             return _opened(layout, rows, types).withColumns(
                 {GONE: F.lit(False), ENDS: F.lit(False)}
             )
-        # ``rows`` is spread by key already. A key whose one new change comes after its
-        # log continues its history (``_continued``); any other is rebuilt: both histories
+        # ``rows`` is spread by key already. A key whose new changes come after its log
+        # continues its history (``_continued``, ``_appended``); any other is rebuilt:
+        # both histories
         # in one pass, the held one (GEN 0: its log) and the new one (GEN 1: its log and
         # its new changes), each version paired with the other's at its (keys, start) by
         # a grouping, not a join (two histories and a full join were 8.7 s of a
@@ -341,7 +434,7 @@ def merge(
         compared = F.struct(*[st.comparable(c, t).alias(c) for c, t in rest.items()])
         key_cols = [col(k) for k in keys]
         is_new = col(FRESH)
-        rebuilding = rows.where(~col(SIMPLE))
+        rebuilding = rows.where(~col(SIMPLE) & ~col(APPEND))
         if layout.log_hashes:
             logged = held_values(spark, target, layout, rebuilding.where(~is_new), held_bound, held)
             rebuilding = logged.unionByName(rebuilding.where(is_new))
@@ -359,18 +452,24 @@ def merge(
                 F.max_by(F.struct(*[col(c) for c in rest]), col(GEN)).alias(VALUES),
                 F.max(F.when(fresh, compared)).alias(NEW),
                 F.max(F.when(~fresh, compared)).alias(HELD),
+                F.max(F.when(~fresh, col(END_AT).isNull())).alias(HELD_OPEN),
             )
         )
         gone = col(NEW).isNull()
+        # The held open version is addressed as the open one (see the MERGE's condition).
+        start = F.when(col(HELD_OPEN), F.lit(None).cast(types[START_AT])).otherwise(col(START_AT))
         rebuilt = pairs.where(gone | ~col(NEW).eqNullSafe(col(HELD))).select(
-            *[col(c) for c in (*keys, START_AT)],
+            *key_cols,
+            start.alias(START_AT),
             *[col(VALUES)[c].alias(c) for c in rest],
             gone.alias(GONE),
             F.lit(False).alias(ENDS),
         )
         if layout.partial:
             return rebuilt
-        return rebuilt.unionByName(_continued(layout, tracked, rows.where(col(SIMPLE)), types))
+        continued = _continued(layout, tracked, rows.where(col(SIMPLE)), types)
+        appended = _appended(layout, tracked, rows.where(col(APPEND)), types)
+        return rebuilt.unionByName(continued).unionByName(appended)
 
     def run() -> DataFrame:
         # Materialized once: MERGE evaluates its source twice (merge.materializeSource=none).
@@ -387,10 +486,12 @@ def merge(
         if not keys_bound.lists:
             source = sizing.small(source, row["rows"], row["bytes"])
         q = tables.ident
-        on = kb.on_keys(keys, keys_bound) & (
-            (col(START_AT, "t") == col(START_AT, "s"))
-            | (col(START_AT, "s").isNull() & col(END_AT, "t").isNull())
-        )
+        # A source row addresses the version starting at its ``__START_AT``, or with none
+        # the key's open version. Said as one null-safe equality, the join is on the keys
+        # and the start: said as "equal starts, or no start and an open version", it was
+        # on the keys alone, every version of a key paired with every row of it (a key
+        # with many versions, many times over).
+        on = kb.on_keys(keys, keys_bound) & _addressed(sole)
         return (
             tables.delta_table(spark, target)
             .alias("t")
@@ -408,15 +509,25 @@ def merge(
         )
 
     def read(target: DataFrame) -> DataFrame:
-        return preview(layout, target, changed().localCheckpoint())
+        return preview(layout, target, changed().localCheckpoint(), sole)
 
     return run, read
+
+
+def _addressed(sole: bool) -> Column:
+    """The MERGE's condition beyond the keys: the target version ``t`` that source row
+    ``s`` addresses."""
+    start = col(START_AT, "s")
+    if sole:  # no row addresses an open version; an adopted target's open version
+        return col(START_AT, "t") == start  # is matched by its start
+    open_start = F.when(col(END_AT, "t").isNotNull(), col(START_AT, "t"))
+    return start.eqNullSafe(open_start)
 
 
 IN_T, IN_S = "__autocdc_in_t", "__autocdc_in_s"
 
 
-def preview(layout: st.Layout, target: DataFrame, source: DataFrame) -> DataFrame:
+def preview(layout: st.Layout, target: DataFrame, source: DataFrame, sole: bool) -> DataFrame:
     """What :func:`merge`'s MERGE of ``source`` makes of ``target`` (a read of the target),
     nothing written, clause by clause: a matched version is deleted (``GONE``), ended
     (``ENDS``: only ``__END_AT``) or rewritten; an unmatched source row opens a version.
@@ -426,10 +537,7 @@ def preview(layout: st.Layout, target: DataFrame, source: DataFrame) -> DataFram
     kept = target.join(touched, keys, "left_anti")
     held = target.join(touched, keys, "left_semi").withColumn(IN_T, F.lit(True))
     new = source.withColumn(IN_S, F.lit(True))
-    on = reduce(lambda a, b: a & b, [col(k, "t") == col(k, "s") for k in keys]) & (
-        (col(START_AT, "t") == col(START_AT, "s"))
-        | (col(START_AT, "s").isNull() & col(END_AT, "t").isNull())
-    )
+    on = kb.on_keys(keys, kb.KeyBound(())) & _addressed(sole)
     both = held.alias("t").join(new.alias("s"), on, "full")
     in_t, in_s = col(IN_T, "t").isNotNull(), col(IN_S, "s").isNotNull()
     gone, ends = F.coalesce(col(GONE, "s"), F.lit(False)), F.coalesce(col(ENDS, "s"), F.lit(False))
@@ -502,11 +610,13 @@ def plan(batch: Batch) -> Plan:
         # (see :func:`merge`); decided here, in the window the plan runs anyway (in the
         # MERGE's source, 0.5-0.8 s of a 100k-change batch into 1M rows, run twice).
         logged_last = F.max(F.when(~fresh, col(st.UPS))).over(per_key)
-        continues = (
+        # A key with several new changes, all after its log, continues it too
+        # (:func:`_appended`): a hot key's history is not recomputed every batch.
+        news = F.count(F.when(new_event, 1)).over(per_key)
+        appends = (
             F.lit(False)
             if layout.partial
-            else (F.count(F.when(new_event, 1)).over(per_key) == 1)
-            & F.coalesce(
+            else F.coalesce(
                 F.min(F.when(new_event, col(st.UPS))).over(per_key) > logged_last, F.lit(True)
             )
             & _clear_last(layout, fresh, per_key)
@@ -519,7 +629,12 @@ def plan(batch: Batch) -> Plan:
                 {NEW: fresh & before.isNull(), REPEAT: fresh & F.coalesce(before, F.lit(False))}
             )
             .withColumns(
-                {TOUCHED: F.max(new_event).over(per_key), SIMPLE: continues, LOGGED: logged_last}
+                {
+                    TOUCHED: F.max(new_event).over(per_key),
+                    SIMPLE: appends & (news == 1),
+                    APPEND: appends & (news > 1),
+                    LOGGED: logged_last,
+                }
             )
         )
     if load:
@@ -538,14 +653,14 @@ def plan(batch: Batch) -> Plan:
             *kb.aggregates(layout.keys, new_event, listed=listed),
         ]
         if reads_held:  # the rebuilt keys' logged upserts, whose values the target holds
-            held = col(TOUCHED) & ~col(SIMPLE) & ~fresh & col(st.LIVE)
+            held = col(TOUCHED) & ~col(SIMPLE) & ~col(APPEND) & ~fresh & col(st.LIVE)
             aggregates += [
                 F.count(F.when(held, 1)).alias("held"),
                 *kb.aggregates(layout.keys, held, listed=listed, prefix=HELD_BOUND),
             ]
         rows, row = materialized(rows, aggregates)
     new_events = log_rows(
-        rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, REPEAT, LOGGED), layout
+        rows.where(new_event).drop(FRESH, NEW, TOUCHED, SIMPLE, APPEND, REPEAT, LOGGED), layout
     )
     new = row["upserts"] + row["deletes"]
     stats = {

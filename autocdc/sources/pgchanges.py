@@ -16,8 +16,10 @@ every change it could not see (see ``postgres``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
+from itertools import islice
+from typing import Any
 
 from autocdc.engine.change_rows import DELETE, TRUNCATE, UPSERT
 from autocdc.sources import pgoutput as pg
@@ -28,6 +30,10 @@ CHANGES_SCHEMA = (
 )
 
 ChangeRow = tuple[str | None, str | None, str | None, str | None, str, int | None, str | None]
+_COLUMNS = ("table", "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER", "data", "lsn", "xid")
+ARROW_BATCH_ROWS = 10_000  # change rows per record batch handed to Spark
+# What json.dumps does with a str, without its per-call setup (a value of every change).
+_string = json.encoder.encode_basestring_ascii
 
 _NUMBERS = {20, 21, 23, 26, 700, 701, 1700}  # int8, int2, int4, oid, float4, float8, numeric
 _BOOL, _JSON, _JSONB, _NUMERIC = 16, 114, 3802, 1700
@@ -45,6 +51,25 @@ _SPARK_TYPES = {
     1114: "TIMESTAMP_NTZ",
     1184: "TIMESTAMP",
 }
+
+
+def arrow_batches(rows: Iterable[ChangeRow]) -> Iterator[Any]:
+    """Change rows as Arrow record batches of :data:`CHANGES_SCHEMA`. Spark takes a
+    reader's record batches as they are; tuples it checks and converts value by value in
+    Python, which cost the reader more than decoding the log."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    fields = [StructField(c, LongType() if c == "xid" else StringType()) for c in _COLUMNS]
+    schema = to_arrow_schema(
+        StructType([*fields, StructField("_corrupt_record", StringType())]), timezone="UTC"
+    )
+    rows = iter(rows)
+    while chunk := list(islice(rows, ARROW_BATCH_ROWS)):
+        columns = zip(*chunk, strict=True)
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def json_value(text: str | None, type_oid: int) -> str:
@@ -66,7 +91,7 @@ def json_value(text: str | None, type_oid: int) -> str:
         return _FLOAT_WORDS.get(text, text) if type_oid != _NUMERIC else _numeric(text)
     if type_oid in (_JSON, _JSONB):
         return text
-    return json.dumps(text)
+    return _string(text)
 
 
 def _beyond_spark(text: str) -> bool:
@@ -77,13 +102,22 @@ def _beyond_spark(text: str) -> bool:
 
 def _numeric(text: str) -> str:
     """A numeric's NaN or infinity cannot be a decimal: a string makes it quarantined."""
-    return json.dumps(text) if text in ("NaN", "Infinity", "-Infinity") else text
+    return _string(text) if text in ("NaN", "Infinity", "-Infinity") else text
 
 
 def json_object(names: Sequence[str], values: Sequence[str | None], oids: Sequence[int]) -> str:
-    columns = zip(names, values, oids, strict=True)
-    fields = (f"{json.dumps(name)}:{json_value(value, oid)}" for name, value, oid in columns)
-    return "{" + ",".join(fields) + "}"
+    return json_fields(name_tokens(names), values, oids)
+
+
+def name_tokens(names: Sequence[str]) -> list[str]:
+    """Each name as the start of a JSON field (``"name":``), made once per relation."""
+    return [f"{_string(name)}:" for name in names]
+
+
+def json_fields(tokens: Sequence[str], values: Sequence[str | None], oids: Sequence[int]) -> str:
+    """A JSON object of ``values`` (see :func:`json_value`) under :func:`name_tokens`."""
+    columns = zip(tokens, values, oids, strict=True)
+    return "{" + ",".join([token + json_value(value, oid) for token, value, oid in columns]) + "}"
 
 
 @dataclass
@@ -142,6 +176,21 @@ def key_of(row: ChangeRow, keys: Sequence[str]) -> tuple | None:
     return tuple(values[k] for k in keys)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What every change of a relation needs, worked out once per Relation message."""
+
+    relation: pg.Relation
+    names: list[str]
+    oids: list[int]
+    tokens: list[str]  # the names as JSON fields begin (:func:`name_tokens`)
+
+    @classmethod
+    def of(cls, relation: pg.Relation) -> _Shape:
+        names = [c.name for c in relation.columns]
+        return cls(relation, names, [c.type_oid for c in relation.columns], name_tokens(names))
+
+
 class ChangeDecoder:
     """Reads one peek of the slot, message by message, in order.
 
@@ -168,6 +217,7 @@ class ChangeDecoder:
         self.touched: dict[str, dict[tuple, str | None]] = {table: {} for table in watched}
         self.truncated: set[str] = set()
         self.relations: dict[int, pg.Relation] = {}
+        self.shapes: dict[int, _Shape] = {}
         self.begin: pg.Begin | None = None
         self.position = 0
 
@@ -237,8 +287,8 @@ class ChangeDecoder:
     ) -> Iterator[tuple[str, str, str | None]]:
         """The change's (operation, payload, row before): the key's whole row before the
         change when the log sent it (``REPLICA IDENTITY FULL``), else None."""
-        names = [c.name for c in relation.columns]
-        oids = [c.type_oid for c in relation.columns]
+        shape = self._shape(relation)
+        names, oids = shape.names, shape.oids
         keys = list(self.keys[relation.qualified])
         old_row = _whole_row(relation, message)
         if isinstance(message, pg.Delete):
@@ -261,7 +311,13 @@ class ChangeDecoder:
             if old_key != self._key_object(relation, tuple(new), keys, "an update"):
                 yield DELETE, old_key, old_row  # the key changed: the old row is gone
                 old_row = None  # the new key held nothing before
-        yield UPSERT, json_object(names, new, oids), old_row
+        yield UPSERT, json_fields(shape.tokens, new, oids), old_row
+
+    def _shape(self, relation: pg.Relation) -> _Shape:
+        shape = self.shapes.get(relation.oid)
+        if shape is None or shape.relation is not relation:
+            shape = self.shapes[relation.oid] = _Shape.of(relation)
+        return shape
 
     @staticmethod
     def _key_object(relation: pg.Relation, values: pg.Values, keys: list[str], what: str) -> str:

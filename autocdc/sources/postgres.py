@@ -393,9 +393,9 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         part = StreamPartition(self.config, start["lsn"], end["lsn"], tuple(ranges), held, pending)
         return [part]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator:
         assert isinstance(partition, StreamPartition)
-        return _read(partition)
+        return pgchanges.arrow_batches(_read(partition))
 
     def commit(self, end: dict) -> None:
         """Acknowledge: the slot may free the WAL before ``end``. Retried while a reader
@@ -612,11 +612,25 @@ def _read_range(
         if upto is None:
             nulls = " OR ".join(f'"{k}" IS NULL' for k, _ in key)
             predicate = f"({predicate}) OR {nulls}"
-        texts = ", ".join(f'"{name}"::text' for name, _, _ in columns)
+        texts = ", ".join(_as_text(name, oid) for name, oid, _ in columns)
         with conn.cursor(name="autocdc_load") as cursor:
             cursor.execute(f"SELECT {texts} FROM {quoted(table)} WHERE {predicate}", params)
             rows = cursor.fetchall()
     return [c[0] for c in columns], [c[1] for c in columns], rows
+
+
+_BPCHAR = 1042  # character(n)
+
+
+def _as_text(name: str, type_oid: int) -> str:
+    """A column as the log sends it: its type's output text. A cast to text is that for
+    every type but ``character(n)``, whose cast drops the padding its output keeps (a
+    row loaded from the table and the same row from the log would differ); ``format``
+    renders it with its output function."""
+    if type_oid == _BPCHAR:
+        # %% for psycopg, which takes the statement's parameters with it.
+        return f'CASE WHEN "{name}" IS NULL THEN NULL ELSE format(\'%%s\', "{name}") END'
+    return f'"{name}"::text'
 
 
 def postgres_table(changes: DataFrame, table: str, schema: str | StructType) -> DataFrame:

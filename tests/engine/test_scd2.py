@@ -234,6 +234,42 @@ def test_keys_that_continue_and_keys_rebuilt_in_one_batch_match_the_fold(
     assert tuple(kept) == ((upserts, 0) if untracked else (0, upserts))
 
 
+def _hot_key_changes(first: int, count: int) -> list[tuple]:
+    """``count`` changes of key 1 from sequence ``first * 10`` on: new names (tracked) every
+    third change, a new city (untracked in one mode) every change, a delete now and then."""
+    return [
+        (1, None, None, "DELETE", s * 10)
+        if s % 37 == 0
+        else (1, f"n{s // 3}", f"c{s % 4}", "UPDATE", s * 10)
+        for s in range(first, first + count)
+    ]
+
+
+@pytest.mark.parametrize("untracked", MIXED_TRACKING.values(), ids=MIXED_TRACKING.keys())
+def test_a_hot_key_with_many_versions_per_batch_matches_the_fold(
+    spark, new_table, untracked, monkeypatch
+):
+    """One key with 200 changes in one batch (new versions, updates in place, deletes and
+    reinserts), then 100 more after all it logged (its history continues from its last
+    logged change), replayed, then late changes among them (its history is rebuilt);
+    another key beside it takes one or two changes a batch."""
+    monkeypatch.setattr(commit, "FOLD_EVERY", 2)  # a pending state and a folded one
+    target = new_table("hist_hot")
+    flow = history_flow(target, track_history_except_column_list=untracked)
+    first = [*_hot_key_changes(1, 200), (2, "b", "x", "INSERT", 15), (2, "b", "y", "UPDATE", 25)]
+    second = [*_hot_key_changes(201, 100), (2, "b3", "y", "UPDATE", 2005)]
+    late = [
+        (1, "late", "c0", "UPDATE", 555),
+        (1, None, None, "DELETE", 1505),
+        (2, "b1", "x", "UPDATE", 20),
+    ]
+    for rows in (first, second, second, late):
+        flow.apply(spark.createDataFrame(rows, SCHEMA))
+    tracked = [0] if untracked else [0, 1]
+    expected = fold_scd2(as_changes(first + second + late), tracked=tracked)
+    assert_versions(spark, target, [(k, *v, s, e) for k, v, s, e in expected])
+
+
 def test_a_log_of_values_written_before_hashes_keeps_working(spark, new_table, monkeypatch):
     """A target whose state table has no log property (written before hashes were
     logged) goes on logging values, and its history stays the fold's."""

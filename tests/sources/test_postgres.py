@@ -61,10 +61,17 @@ def _reader(pg: Server, slot: str, tables: str, **options: str) -> PostgresStrea
     )
 
 
+def _rows(reader: PostgresStreamReader, start: dict, end: dict) -> list[tuple]:
+    """The change rows the reader gives Spark for ``[start, end)`` (record batches), as
+    tuples of :data:`CHANGES_SCHEMA`."""
+    batches = [b for part in reader.partitions(start, end) for b in reader.read(part)]
+    return [row for b in batches for row in zip(*b.to_pydict().values(), strict=True)]
+
+
 def _batch(reader: PostgresStreamReader, start: dict) -> tuple[list[tuple], dict]:
     """One micro-batch as Spark runs it, without the commit."""
     end = reader.latestOffset(start, None)
-    rows = [row for part in reader.partitions(start, end) for row in reader.read(part)]
+    rows = _rows(reader, start, end)
     return rows, end
 
 
@@ -115,7 +122,7 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     pg.execute(f"UPDATE {items} SET quantity = 100 WHERE id = 1")
     pg.execute(f"DELETE FROM {items} WHERE id = 2")
     pg.execute(f"INSERT INTO {items} VALUES (7, 'sku-7', 7, 8.75)")
-    snapshot = [row for part in reader.partitions(start, end) for row in reader.read(part)]
+    snapshot = _rows(reader, start, end)
     assert sorted(json.loads(r[3])["id"] for r in snapshot) == [1, 2, 3, 4, 5, 6]
     (sequence,) = {r[2] for r in snapshot}
     assert sequence == f"{end['exported']['lsn']}/0"  # the slot's consistent point
@@ -139,7 +146,7 @@ def test_initial_load_and_stream_lose_nothing_and_apply_nothing_twice(spark, pg,
     )
     streamed, second = _batch(reader, end)
     # A crash before the commit replays the same batch: same rows, nothing lost.
-    replayed = [row for part in reader.partitions(end, second) for row in reader.read(part)]
+    replayed = _rows(reader, end, second)
     assert replayed == streamed
     reader.commit(second)
     for flow in (scd1, scd2):
@@ -229,7 +236,7 @@ def test_an_initial_load_resumes_where_it_stopped(spark, pg, new_table):
             reader.stop()
             pg.execute(next(writes, "SELECT 1"))
             reader = _reader(pg, "resume", items, load_batch_rows="4")
-            rows = [row for part in reader.partitions(start, end) for row in reader.read(part)]
+            rows = _rows(reader, start, end)
         for flow in (scd1, scd2):
             _apply(spark, flow, rows, items, ITEMS)
         reader.commit(end)
