@@ -53,7 +53,9 @@ def export_engine(revision: str, into: Path) -> ModuleType:
     return autocdc_base
 
 
-def flow(engine: ModuleType, target: str, scd_type: int) -> Any:
+def flow(engine: ModuleType, target: str, scd_type: int, **options: Any) -> Any:
+    """The benchmarks' flow over their workload's changes (``engine``: autocdc, or another
+    revision's package)."""
     return engine.AutoCdcFlow(
         target=target,
         keys=["id"],
@@ -61,6 +63,7 @@ def flow(engine: ModuleType, target: str, scd_type: int) -> Any:
         apply_as_deletes="op = 'D'",
         except_column_list=["op", "seq"],
         stored_as_scd_type=scd_type,
+        **options,
     )
 
 

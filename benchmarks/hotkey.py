@@ -29,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ab import export_engine
+from ab import export_engine, flow
 from pyspark.sql import DataFrame, SparkSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
@@ -68,17 +68,6 @@ def as_changes(rows: list[tuple[Any, ...]]) -> list[Change]:
     ]
 
 
-def flow(engine: ModuleType, target: str) -> Any:
-    return engine.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=2,
-    )
-
-
 def timed_apply(spark: SparkSession, f: Any, df: DataFrame, timeout: float) -> tuple[float, Any]:
     """Seconds and metrics of ``f.apply(df)``; None metrics when it ran past ``timeout``
     (its jobs are cancelled)."""
@@ -115,7 +104,7 @@ def run_shape(
     if args.late:
         batches.append(late_rows(keys, versions * args.batches))
     name = f"{keys}x{versions}"
-    flows = {e: flow(m, f"hot_{e}_{keys}x{versions}") for e, m in engines.items()}
+    flows = {e: flow(m, f"hot_{e}_{keys}x{versions}", 2) for e, m in engines.items()}
     seconds: dict[str, list[float | None]] = {e: [] for e in engines}
     alive = set(engines)
     for i, rows in enumerate(batches):

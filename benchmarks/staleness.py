@@ -27,24 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ab import flow
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from systems import Floor, HandScd2
 from workload import Workload, write
 
 import autocdc
-
-
-def flow(target: str, scd_type: int, **options: Any) -> autocdc.AutoCdcFlow:
-    return autocdc.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-        **options,
-    )
 
 
 def timed(step: Callable[[], Any]) -> tuple[float, Any]:
@@ -72,8 +61,9 @@ def run(
     floor = (Floor if scd_type == 1 else HandScd2)(work / "warehouse", f"floor_scd{scd_type}")
     target = f"stale_scd{scd_type}"
     floor.load(spark.read.parquet(str(load)))
-    flow(target, scd_type).apply(spark.read.parquet(str(load)))  # the initial load
-    staging = flow(target, scd_type, max_staleness="1 day")  # applied every `every` batches
+    flow(autocdc, target, scd_type).apply(spark.read.parquet(str(load)))  # the initial load
+    # Applied every `every` batches, not by its age.
+    staging = flow(autocdc, target, scd_type, max_staleness="1 day")
     floor_s, stage_s, apply_s, fresh_s, plain_s = [], [], [], [], []
     exact = []
     for i, path in enumerate(batches, start=1):
@@ -89,7 +79,7 @@ def run(
         )
         if i % every:
             continue
-        plain, _ = timed(lambda: scan(flow(target, scd_type).current(spark)))
+        plain, _ = timed(lambda: scan(flow(autocdc, target, scd_type).current(spark)))
         fresh_df: DataFrame | None = None
 
         def fresh() -> int:
@@ -102,7 +92,7 @@ def run(
         fresh_s.append(seconds)
         seconds, applied = timed(lambda: staging.apply_staged(spark))
         apply_s.append(seconds)
-        exact.append(same_rows(fresh_df, flow(target, scd_type).current(spark)))
+        exact.append(same_rows(fresh_df, flow(autocdc, target, scd_type).current(spark)))
         print(
             f"scd{scd_type} after batch {i}: plain read {plain:.2f} s, current() with "
             f"{every} staged {fresh_s[-1]:.2f} s; apply of {applied.applied_staged} staged "

@@ -4,14 +4,17 @@ one set with every hard case for the kill tests, and the flow that reads them.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from reference import DELETE, UPSERT, Change
 
 import autocdc
 
 
-def feed_flow(target: str, scd_type: int = 1) -> autocdc.AutoCdcFlow:
+def feed_flow(target: str, scd_type: int = 1, **options: Any) -> autocdc.AutoCdcFlow:
     """The flow of the tests' change feeds ``(id, a, b, op, seq)``: key ``id``, sequence
-    ``seq``, ``op = 'D'`` deletes, ``op`` and ``seq`` left out of the target."""
+    ``seq``, ``op = 'D'`` deletes, ``op`` and ``seq`` left out of the target; ``options``:
+    any other of the flow's."""
     return autocdc.AutoCdcFlow(
         target=target,
         keys=["id"],
@@ -19,6 +22,7 @@ def feed_flow(target: str, scd_type: int = 1) -> autocdc.AutoCdcFlow:
         apply_as_deletes="op = 'D'",
         except_column_list=["op", "seq"],
         stored_as_scd_type=scd_type,
+        **options,
     )
 
 

@@ -143,15 +143,7 @@ def apply_all(
 
 
 def staging_flow(target: str, scd_type: int) -> autocdc.AutoCdcFlow:
-    return autocdc.AutoCdcFlow(
-        target=target,
-        keys=["id"],
-        sequence_by="seq",
-        apply_as_deletes="op = 'D'",
-        except_column_list=["op", "seq"],
-        stored_as_scd_type=scd_type,
-        max_staleness="1 day",
-    )
+    return feed_flow(target, scd_type, max_staleness="1 day")
 
 
 def run_staged(
