@@ -21,6 +21,7 @@ second while waiting. Prints one line per figure and exits non-zero when a check
 
     python benchmarks/pgbench.py                             # -s 3, 150 s live, 150 s stopped
     python benchmarks/pgbench.py --scale 1 --seconds 20 --catchup-seconds 20   # a quick look
+    python benchmarks/pgbench.py --rate 500          # a paced write load: does the capture keep up?
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=150, help="pgbench while capturing")
     parser.add_argument("--catchup-seconds", type=int, default=150, help="pgbench, stopped")
+    parser.add_argument(
+        "--rate",
+        type=int,
+        help="transactions a second while capturing (pgbench -R); full speed if unset",
+    )
     parser.add_argument("--trigger-interval", default="5s")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "autocdc-pgb")
     parser.add_argument("--master", default="local[2]")
@@ -66,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     server = Server().start()
     checker = {"spark.master": "local[1]", "spark.sql.shuffle.partitions": "1"}
     spark = autocdc.spark_session(warehouse=args.work / "checker", conf=checker)
-    figures: dict[str, Any] = {"scale": args.scale, "clients": args.clients}
+    figures: dict[str, Any] = {"scale": args.scale, "clients": args.clients, "rate": args.rate}
     try:
         pgbench(server, "-i", "-q", "-s", str(args.scale))
         server.execute("ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY")
@@ -87,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         if loaded == float("inf"):
             raise SystemExit("the initial load did not finish in 10 minutes")
         mark = log.stat().st_size
+        paced = ["-R", str(args.rate)] if args.rate else []
         bench = pgbench(
-            server, "-c", str(args.clients), "-j", str(args.jobs), "-T", str(args.seconds), "-n"
+            server,
+            *("-c", str(args.clients), "-j", str(args.jobs), "-T", str(args.seconds), "-n"),
+            *paced,
         )
         done = transactions(bench)
         figures["live_changes"] = done * CHANGES_PER_TRANSACTION
