@@ -1,0 +1,192 @@
+"""Where a replayed flow's source reads from: a position the source understands, turned
+into the offset Spark's checkpoint records for it, checked against what the source still
+holds before anything is written.
+
+Driver-side and cheap, as :mod:`autocdc.pipelines.execute.position` is: a Delta source is
+read from its ``_delta_log`` (a version's change data is there while its commit file and
+the files it added are), a Kafka source from its broker (each partition's earliest
+retained offset). An offset is the one Spark writes for the source: a Delta version ``v``
+read as changes from its first file is ``(v, index -1)``, a Kafka partition's is the next
+offset to read.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from autocdc.pipelines.errors import ReplayBeyondRetentionError
+from autocdc.pipelines.execute import position as pos
+from autocdc.sources import kafkabroker
+
+if TYPE_CHECKING:
+    from autocdc.pipelines.execute.replay import Replay
+
+EARLIEST = "earliest"
+
+
+def _commit(table: Path, version: int) -> list[dict[str, Any]]:
+    text = (table / "_delta_log" / f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _file(table: Path, given: str) -> Path:
+    """A file an action names: relative to the table (URL-encoded) or an absolute URI."""
+    parsed = urlparse(given)
+    if parsed.scheme:
+        return Path(unquote(parsed.path))
+    return table / unquote(given)
+
+
+def _readable(table: Path, version: int) -> bool:
+    """Whether a stream can still read ``version``'s changes: its commit file and every
+    file it added as data (a change data feed's ``cdc`` files too) are there. A file that
+    a later commit removed is gone once VACUUM ran."""
+    try:
+        actions = _commit(table, version)
+    except FileNotFoundError:
+        return False
+    for action in actions:
+        added = action.get("add")
+        if added and added.get("dataChange", True) and not _file(table, added["path"]).exists():
+            return False
+        cdc = action.get("cdc")
+        if cdc and not _file(table, cdc["path"]).exists():
+            return False
+    return True
+
+
+def oldest_readable(table: Path, versions: list[int]) -> int | None:
+    """The oldest version from which every later version is still readable (None: not
+    even the newest is)."""
+    oldest = None
+    for version in reversed(versions):
+        if oldest is not None and version != oldest - 1:
+            break  # a gap in the commit files
+        if not _readable(table, version):
+            break
+        oldest = version
+    return oldest
+
+
+def _commit_time(table: Path, version: int) -> datetime:
+    """When ``version`` was committed: its commitInfo's timestamp, else its file's time."""
+    for action in _commit(table, version):
+        info = action.get("commitInfo") or {}
+        stamp = info.get("inCommitTimestamp") or info.get("timestamp")
+        if stamp is not None:
+            return datetime.fromtimestamp(stamp / 1000, timezone.utc)
+    stat = (table / "_delta_log" / f"{version:020d}.json").stat()
+    return datetime.fromtimestamp(stat.st_mtime, timezone.utc)
+
+
+def delta(
+    replay: Replay, dataset: str, source: dict[str, Any], offset: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the Delta source's offset from which to read ``version:`` or ``timestamp:``, what
+    the event log records of it): refused when the table no longer holds the changes of
+    every version from there."""
+    table = Path(source["path"])
+    if replay.kind not in ("version", "timestamp"):
+        raise replay.refused(f"the flow reads the Delta table {table}: give version: or timestamp:")
+    versions = pos.delta_versions(table)
+    if not versions:
+        raise replay.refused(f"{table} has no commits")
+    newest = versions[-1]
+    version = replay.value
+    if replay.kind == "timestamp":
+        later = [v for v in versions if _commit_time(table, v) >= replay.value]
+        if not later:
+            at = _commit_time(table, newest).isoformat()
+            raise replay.refused(
+                f"no version of {table} was committed then or later (the newest, {newest}, at {at})"
+            )
+        version = later[0]
+        if version == versions[0] > 0:  # a cleaned-up commit before it may be later still
+            version -= 1
+    if version > newest:
+        raise replay.refused(f"the newest version of {table} is {newest}")
+    oldest = oldest_readable(table, versions)
+    if oldest is None or version < oldest:
+        raise ReplayBeyondRetentionError(
+            flow=replay.flow,
+            dataset=dataset,
+            position=replay.position,
+            source=str(table),
+            why=f"the commit or the data files of version {version} are gone (log cleanup "
+            "or VACUUM)",
+            oldest="none"
+            if oldest is None
+            else f"version:{oldest} (committed {_commit_time(table, oldest).isoformat()})",
+        )
+    # (v, index -1): before every file of version v, read as changes, not as a snapshot;
+    # -1 is the index's form in version 1 of Delta's offset format.
+    rewound = {
+        **offset,
+        "sourceVersion": 1,
+        "reservoirVersion": version,
+        "index": -1,
+        "isStartingVersion": False,
+    }
+    return rewound, {"version": version}
+
+
+def kafka(
+    replay: Replay,
+    dataset: str,
+    source: dict[str, Any],
+    offset: dict[str, dict[str, int]],
+    client: dict[str, str],
+) -> tuple[dict[str, dict[str, int]], dict[str, Any]]:
+    """(the Kafka source's offsets from which to read ``offsets:`` or ``timestamp:``, what
+    the event log records of them). Partitions ``offsets:`` does not name keep the offsets
+    the checkpoint holds; ``offsets:earliest`` is every partition's earliest retained one.
+    Refused when a partition's offset is below its earliest retained one (the broker
+    deleted those records)."""
+    if replay.kind not in ("offsets", "timestamp"):
+        raise replay.refused("the flow reads Kafka: give offsets: or timestamp:")
+    servers, topics, pattern = source["servers"], source["topics"], source["pattern"]
+    ranges = kafkabroker.retained(servers, topics, pattern, client)
+    if replay.kind == "timestamp":
+        millis = int(replay.value.timestamp() * 1000)
+        wanted = kafkabroker.at_time(servers, ranges, millis, client)
+        # The first record at or after the time is the earliest retained one: the records
+        # deleted before it may have been later than the time too.
+        gone = [tp for tp, at in wanted.items() if at == ranges[tp][0] > 0]
+        why = "its earliest retained record is the first at or after that time, and older "
+        why += "ones were deleted"
+    elif replay.value == EARLIEST:
+        wanted, gone, why = {tp: low for tp, (low, _) in ranges.items()}, [], ""
+    else:
+        wanted = {
+            (t, int(p)): int(o) for t, parts in replay.value.items() for p, o in parts.items()
+        }
+        unknown = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ranges]
+        if unknown:
+            raise replay.refused(f"the source has no partition {', '.join(unknown)}")
+        past = [
+            f"{t}[{p}] ends at {ranges[t, p][1]}"
+            for (t, p), o in wanted.items()
+            if o > ranges[t, p][1]
+        ]
+        if past:
+            raise replay.refused("; ".join(past))
+        gone = [tp for tp, at in wanted.items() if at < ranges[tp][0]]
+        why = "retention deleted the records before each one's earliest retained offset"
+    if gone:
+        earliest = {t: {str(p): ranges[t, p][0]} for t, p in gone}
+        raise ReplayBeyondRetentionError(
+            flow=replay.flow,
+            dataset=dataset,
+            position=replay.position,
+            source=f"Kafka {servers}",
+            why=f"{', '.join(f'{t}[{p}]' for t, p in gone)}: {why}",
+            oldest="offsets:" + json.dumps(earliest),
+        )
+    rewound = {t: dict(parts) for t, parts in offset.items()}
+    for (topic, partition), at in wanted.items():
+        rewound.setdefault(topic, {})[str(partition)] = at
+    return rewound, {"offsets": rewound}

@@ -1,0 +1,217 @@
+"""A replay's position, without Spark: how ``--replay-from`` is read, the offset each kind
+of source gets (a Delta table's from its ``_delta_log``, Kafka's from the broker's
+retained offsets), what is refused beyond retention, and the rewound micro-batch a kill
+leaves noted in the checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from autocdc.pipelines import cli
+from autocdc.pipelines.errors import ReplayBeyondRetentionError, ReplayPositionError
+from autocdc.pipelines.execute import position as pos
+from autocdc.pipelines.execute import replay, rewind
+
+DELTA_OFFSET = {
+    "sourceVersion": 1,
+    "reservoirId": "a1b2",
+    "reservoirVersion": 4,
+    "index": 0,
+    "isStartingVersion": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("given", "kind", "value"),
+    [
+        ("orders=version:12", "version", 12),
+        (" orders = VERSION: 0", "version", 0),
+        (
+            "o=timestamp:2026-01-31T08:00:00Z",
+            "timestamp",
+            datetime(2026, 1, 31, 8, tzinfo=timezone.utc),
+        ),
+        (
+            "o=timestamp:2026-01-31 08:00",
+            "timestamp",
+            datetime(2026, 1, 31, 8, tzinfo=timezone.utc),
+        ),
+        ('o=offsets:{"t":{"0":5,"1":0}}', "offsets", {"t": {"0": 5, "1": 0}}),
+        ("o=offsets:earliest", "offsets", "earliest"),
+    ],
+)
+def test_a_position_is_read_with_its_kind(given, kind, value):
+    parsed = replay.parse(given)
+    assert (parsed.flow, parsed.kind, parsed.value) == (given.split("=")[0].strip(), kind, value)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "orders",
+        "orders=",
+        "=version:3",
+        "orders=version:-1",
+        "orders=version:x",
+        "orders=lsn:16/B374D848",
+        "orders=timestamp:yesterday",
+        'orders=offsets:{"t":{"p":5}}',
+        'orders=offsets:{"t":5}',
+        "orders=offsets:[1]",
+    ],
+)
+def test_a_position_that_cannot_be_read_is_refused(given):
+    with pytest.raises(ReplayPositionError) as refused:
+        replay.parse(given)
+    assert refused.value.params["given"] == given
+
+
+def test_the_cli_takes_replay_from():
+    args = cli._parser().parse_args(["run", "--replay-from", "orders=version:3"])
+    assert args.replay_from == replay.parse("orders=version:3")
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["run", "--replay-from", "orders=nowhere:3"])
+
+
+def _table(root: Path, commits: list[list[str]], start: int = 0) -> Path:
+    """A Delta table's log: commit ``start + i`` adds the files ``commits[i]`` (written
+    too), stamped one second apart from 2026-01-01T00:00:00Z."""
+    (root / "_delta_log").mkdir(parents=True)
+    base = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    for i, files in enumerate(commits):
+        version = start + i
+        actions = [{"commitInfo": {"timestamp": base + version * 1000}}]
+        for name in files:
+            (root / name).write_text("data")
+            actions.append({"add": {"path": name, "dataChange": True}})
+        lines = "\n".join(json.dumps(a) for a in actions)
+        (root / "_delta_log" / f"{version:020d}.json").write_text(lines + "\n")
+    return root
+
+
+def _delta(table: Path, given: str) -> tuple[dict, dict]:
+    source = {"kind": "delta", "path": str(table)}
+    return rewind.delta(replay.parse(given), "orders", source, DELTA_OFFSET)
+
+
+def test_a_delta_version_becomes_the_offset_before_its_first_file(tmp_path):
+    table = _table(tmp_path / "t", [[], ["a.parquet"], ["b.parquet"], ["c.parquet"]])
+    offset, said = _delta(table, "f=version:2")
+    assert offset == {**DELTA_OFFSET, "reservoirVersion": 2, "index": -1}
+    assert said == {"version": 2}
+    # A time between two commits: the first version committed at or after it.
+    offset, _ = _delta(table, "f=timestamp:2026-01-01T00:00:01.500Z")
+    assert offset["reservoirVersion"] == 2
+    assert _delta(table, "f=timestamp:2025-12-31T00:00:00Z")[0]["reservoirVersion"] == 0
+
+
+@pytest.mark.parametrize(
+    "given", ["f=version:4", "f=timestamp:2026-01-02T00:00:00Z", "f=offsets:earliest"]
+)
+def test_a_delta_position_past_the_table_or_of_another_kind_is_refused(tmp_path, given):
+    table = _table(tmp_path / "t", [[], ["a.parquet"], ["b.parquet"], ["c.parquet"]])
+    with pytest.raises(ReplayPositionError):
+        _delta(table, given)
+
+
+def test_a_delta_version_whose_files_were_vacuumed_is_refused_naming_the_oldest(tmp_path):
+    table = _table(tmp_path / "t", [[], ["a.parquet"], ["b.parquet"], ["c.parquet"]])
+    (table / "a.parquet").unlink()  # removed by a later commit, then VACUUM
+    with pytest.raises(ReplayBeyondRetentionError) as refused:
+        _delta(table, "f=version:1")
+    assert refused.value.params["oldest"].startswith("version:2 ")
+    assert refused.value.params["flow"] == "f"
+    assert _delta(table, "f=version:2")[0]["reservoirVersion"] == 2
+
+
+def test_a_delta_time_before_a_cleaned_up_log_is_refused(tmp_path):
+    """Commits 0 and 1 were cleaned up: a time before commit 2 may fall in them."""
+    table = _table(tmp_path / "t", [["b.parquet"], ["c.parquet"]], start=2)
+    with pytest.raises(ReplayBeyondRetentionError):
+        _delta(table, "f=timestamp:2026-01-01T00:00:00Z")
+    with pytest.raises(ReplayBeyondRetentionError):
+        _delta(table, "f=version:1")
+    assert _delta(table, "f=timestamp:2026-01-01T00:00:02.5Z")[0]["reservoirVersion"] == 3
+
+
+@pytest.fixture
+def broker(monkeypatch):
+    """A broker with topic t: partition 0 holds offsets 10..50, partition 1 0..7; a
+    record stamped at or after time ``millis`` is at offset ``millis`` (clamped)."""
+    ranges = {("t", 0): (10, 50), ("t", 1): (0, 7)}
+    monkeypatch.setattr(rewind.kafkabroker, "retained", lambda *args: ranges)
+
+    def at_time(servers, asked, millis, client):
+        return {tp: min(max(millis, low), high) for tp, (low, high) in asked.items()}
+
+    monkeypatch.setattr(rewind.kafkabroker, "at_time", at_time)
+    return ranges
+
+
+def _kafka(given: str) -> tuple[dict, dict]:
+    source = {"kind": "kafka", "servers": "b:9092", "topics": ["t"], "pattern": None}
+    return rewind.kafka(replay.parse(given), "orders", source, {"t": {"0": 40, "1": 7}}, {})
+
+
+def test_kafka_offsets_replace_the_partitions_named(broker):
+    assert _kafka('f=offsets:{"t":{"0":12}}')[0] == {"t": {"0": 12, "1": 7}}
+    assert _kafka("f=offsets:earliest")[0] == {"t": {"0": 10, "1": 0}}
+    assert _kafka("f=timestamp:1970-01-01T00:00:00.020Z")[0] == {"t": {"0": 20, "1": 7}}
+
+
+def test_kafka_offsets_beyond_retention_are_refused_naming_the_earliest(broker):
+    with pytest.raises(ReplayBeyondRetentionError) as refused:
+        _kafka('f=offsets:{"t":{"0":3}}')
+    assert json.loads(refused.value.params["oldest"].removeprefix("offsets:")) == {"t": {"0": 10}}
+    with pytest.raises(ReplayBeyondRetentionError):  # partition 0's first record is its earliest
+        _kafka("f=timestamp:1970-01-01T00:00:00.001Z")
+    for given in ('f=offsets:{"t":{"2":0}}', 'f=offsets:{"t":{"1":8}}', "f=version:3"):
+        with pytest.raises(ReplayPositionError):
+            _kafka(given)
+
+
+def _checkpoint(root: Path) -> Path:
+    """A checkpoint whose micro-batch 3 is committed (reading one Delta source)."""
+    for log, text in (
+        ("offsets", 'v1\n{"batchWatermarkMs":0,"conf":{}}\n' + json.dumps(DELTA_OFFSET)),
+        ("commits", 'v1\n{"nextBatchWatermarkMs":0}'),
+    ):
+        (root / log).mkdir(parents=True)
+        (root / log / "3").write_text(text)
+        (root / log / ".3.crc").write_text("x")
+    return root
+
+
+def test_a_rewind_is_a_committed_batch_ending_at_the_position(tmp_path):
+    checkpoint = _checkpoint(tmp_path / "cp")
+    rewound = {**DELTA_OFFSET, "reservoirVersion": 1, "index": -1}
+    replay._append_batch(checkpoint, 3, [rewound])
+    assert pos.committed(checkpoint) == 4
+    assert pos.offsets(checkpoint, 4) == [rewound]
+    assert (checkpoint / "offsets" / "4").read_text().startswith('v1\n{"batchWatermarkMs":0,')
+    assert not (checkpoint / replay.NOTE).exists()
+
+
+def test_a_rewind_a_kill_interrupted_is_finished_by_the_next_start(tmp_path):
+    """Killed after the note, with batch 4's offsets written and not its commit (and a
+    stale offsets file a crashed run left): the next start writes both again."""
+    checkpoint = _checkpoint(tmp_path / "cp")
+    rewound = {**DELTA_OFFSET, "reservoirVersion": 1, "index": -1}
+    head = "v1\n{}\n"
+    note = {"batch": 4, "offsets": head + json.dumps(rewound), "commit": "v1\n{}"}
+    (checkpoint / replay.NOTE).write_text(json.dumps(note))
+    (checkpoint / "offsets" / "4").write_text(head + json.dumps(DELTA_OFFSET))
+    (checkpoint / "offsets" / ".4.crc").write_text("stale")
+    replay.finish(checkpoint)
+    assert pos.committed(checkpoint) == 4
+    assert pos.offsets(checkpoint, 4) == [rewound]
+    assert not (checkpoint / "offsets" / ".4.crc").exists()
+    assert not (checkpoint / replay.NOTE).exists()
+    before = time.time()
+    replay.finish(checkpoint)  # nothing noted: nothing written
+    assert (checkpoint / "commits" / "4").stat().st_mtime <= before
