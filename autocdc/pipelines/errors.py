@@ -179,7 +179,8 @@ class ReplayPositionError(PipelineError):
     template = (
         "--replay-from {given!r}: {problem}. Give FLOW=KIND:VALUE, e.g. "
         "orders=version:12, orders=timestamp:2026-01-31T08:00:00Z, "
-        'orders=offsets:{{"topic":{{"0":42}}}} or orders=offsets:earliest.'
+        'orders=offsets:{{"topic":{{"0":42}}}}, orders=offsets:earliest or '
+        "orders=lsn:16/B374D848."
     )
 
 
@@ -197,8 +198,9 @@ class ReplayUnsupportedError(PipelineError):
     error_class = "AUTOCDC_PIPELINE_REPLAY_UNSUPPORTED"
     template = (
         "Flow `{flow}` cannot be replayed: {why}. Replay rewinds an AUTO CDC flow that "
-        "streams one Delta table (positions version: and timestamp:) or one Kafka source "
-        "(offsets: and timestamp:). To read everything again instead: "
+        "streams one Delta table (positions version: and timestamp:, and lsn: in a "
+        "PostgreSQL capture's change table) or one Kafka source (offsets: and timestamp:). "
+        "To read everything again instead: "
         "`autocdc run --full-refresh {dataset}`."
     )
 

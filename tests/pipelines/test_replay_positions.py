@@ -10,6 +10,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from autocdc.pipelines import cli
@@ -43,6 +45,7 @@ DELTA_OFFSET = {
         ),
         ('o=offsets:{"t":{"0":5,"1":0}}', "offsets", {"t": {"0": 5, "1": 0}}),
         ("o=offsets:earliest", "offsets", "earliest"),
+        ("o=lsn:16/B374D848", "lsn", (0x16 << 32) | 0xB374D848),
     ],
 )
 def test_a_position_is_read_with_its_kind(given, kind, value):
@@ -58,7 +61,8 @@ def test_a_position_is_read_with_its_kind(given, kind, value):
         "=version:3",
         "orders=version:-1",
         "orders=version:x",
-        "orders=lsn:16/B374D848",
+        "orders=lsn:16",
+        "orders=watermark:3",
         "orders=timestamp:yesterday",
         'orders=offsets:{"t":{"p":5}}',
         'orders=offsets:{"t":5}',
@@ -137,6 +141,43 @@ def test_a_delta_time_before_a_cleaned_up_log_is_refused(tmp_path):
     with pytest.raises(ReplayBeyondRetentionError):
         _delta(table, "f=version:1")
     assert _delta(table, "f=timestamp:2026-01-01T00:00:02.5Z")[0]["reservoirVersion"] == 3
+
+
+def _change_table(root: Path, commits: list[list[str]], start: int = 0) -> Path:
+    """A PostgreSQL capture's change table: commit ``start + i`` adds one file of rows at
+    the LSNs ``commits[i]``."""
+    _table(root, [[f"part-{i}.parquet"] if lsns else [] for i, lsns in enumerate(commits)], start)
+    for i, lsns in enumerate(commits):
+        if lsns:
+            frame = pa.table({"table": ["public.t"] * len(lsns), "lsn": lsns})
+            pq.write_table(frame, root / f"part-{i}.parquet")
+    return root
+
+
+def test_an_lsn_is_the_first_version_of_the_change_table_that_reaches_it(tmp_path):
+    """Versions 1..3 hold rows at LSNs 0/10..0/1F, 0/20..0/2F, 1/0 (a later segment, which
+    text order would put first): an LSN is read from the version holding it, or the
+    first after it."""
+    table = _change_table(tmp_path / "t", [[], ["0/10", "0/1F"], ["0/20", "0/2F"], ["1/0"]])
+    assert _delta(table, "f=lsn:0/1F")[0]["reservoirVersion"] == 1
+    assert _delta(table, "f=lsn:0/20")[0]["reservoirVersion"] == 2
+    assert _delta(table, "f=lsn:0/30")[0]["reservoirVersion"] == 3
+    assert _delta(table, "f=lsn:0/1")[0]["reservoirVersion"] == 1  # before the capture: all
+    with pytest.raises(ReplayPositionError):
+        _delta(table, "f=lsn:1/1")
+    plain = _table(tmp_path / "plain", [["a.parquet"]])
+    pq.write_table(pa.table({"id": [1]}), plain / "a.parquet")
+    with pytest.raises(ReplayPositionError):  # not a change table
+        _delta(plain, "f=lsn:0/1")
+
+
+def test_an_lsn_before_what_the_change_table_still_holds_is_refused(tmp_path):
+    """Versions 0 and 1 were cleaned up: an LSN before version 2's rows may lie in them."""
+    table = _change_table(tmp_path / "t", [["0/20", "0/2F"], ["1/0"]], start=2)
+    with pytest.raises(ReplayBeyondRetentionError) as refused:
+        _delta(table, "f=lsn:0/10")
+    assert refused.value.params["oldest"].startswith("version:2 ")
+    assert _delta(table, "f=lsn:0/20")[0]["reservoirVersion"] == 2
 
 
 @pytest.fixture

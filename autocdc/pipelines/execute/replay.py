@@ -23,6 +23,7 @@ a run killed between them leaves the note, and the flow's next start writes them
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,15 +47,18 @@ from autocdc.pipelines.execute import rewind
 from autocdc.pipelines.execute.checkpoint import write_atomically
 from autocdc.pipelines.execute.eventlog import EventLog
 from autocdc.sources import kafkaclient
+from autocdc.sources import pgoutput as pg
 
 NOTE = "autocdc-replay.json"
-KINDS = ("version", "timestamp", "offsets")
+KINDS = ("version", "timestamp", "offsets", "lsn")
+_LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
 
 
 @dataclass(frozen=True)
 class Replay:
-    """One flow, one position: ``kind`` (``version``, ``timestamp`` or ``offsets``) and
-    its ``value`` (an int, an aware datetime, Kafka offsets or ``"earliest"``)."""
+    """One flow, one position: ``kind`` (``version``, ``timestamp``, ``offsets`` or
+    ``lsn``) and its ``value`` (an int, an aware datetime, Kafka offsets or
+    ``"earliest"``, an LSN as a number)."""
 
     flow: str
     kind: str
@@ -94,6 +98,12 @@ def _value(replay: Replay, text: str) -> Any:
         if not text.isdigit():
             raise replay.refused(f"a version is a number from 0 up, not {text!r}")
         return int(text)
+    if replay.kind == "lsn":
+        if not _LSN.fullmatch(text):
+            raise replay.refused(
+                f"an LSN is written as PostgreSQL prints it (16/B374D848), not {text!r}"
+            )
+        return pg.parse_lsn(text)
     if replay.kind == "timestamp":
         try:
             at = datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -13,14 +13,18 @@ offset to read.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow.parquet as pq
+
 from autocdc.pipelines.errors import ReplayBeyondRetentionError
 from autocdc.pipelines.execute import position as pos
 from autocdc.sources import kafkabroker
+from autocdc.sources import pgoutput as pg
 
 if TYPE_CHECKING:
     from autocdc.pipelines.execute.replay import Replay
@@ -83,34 +87,91 @@ def _commit_time(table: Path, version: int) -> datetime:
     return datetime.fromtimestamp(stat.st_mtime, timezone.utc)
 
 
+def _at_time(replay: Replay, table: Path, versions: list[int]) -> int:
+    """The first version committed at or after the time; one before the oldest commit the
+    log keeps when that is it and older ones were cleaned up (they may be later still)."""
+    later = [v for v in versions if _commit_time(table, v) >= replay.value]
+    if not later:
+        at = _commit_time(table, versions[-1]).isoformat()
+        newest = f"the newest, {versions[-1]}, at {at}"
+        raise replay.refused(f"no version of {table} was committed then or later ({newest})")
+    return later[0] - (later[0] == versions[0] > 0)
+
+
+def _lsns(table: Path, version: int) -> list[int]:
+    """The LSNs of the rows ``version`` added to a PostgreSQL capture's change table (its
+    ``lsn`` column, as :mod:`autocdc.sources.pgchanges` writes it)."""
+    found: list[int] = []
+    for action in _commit(table, version):
+        added = action.get("add")
+        if added and added.get("dataChange", True):
+            read = pq.read_table(_file(table, added["path"]), columns=["lsn"])
+            found += [pg.parse_lsn(v) for v in read.column(0).to_pylist() if v]
+    return found
+
+
+def _at_lsn(replay: Replay, table: Path, versions: list[int], oldest: int | None) -> int:
+    """The first version of a change table that added a row at or after the LSN. The
+    capture appends in LSN order, so the search goes back from the newest version and
+    stops at the first one wholly before the LSN: it reads what the replay will read.
+    One before the oldest readable version when the LSN precedes every row that one
+    holds and older versions are gone."""
+    try:
+        names = pq.read_schema(next(_data_files(table, versions))).names
+    except StopIteration:
+        names = []
+    if "lsn" not in names:
+        raise replay.refused(f"{table} has no lsn column: it is no PostgreSQL change table")
+    if oldest is None:
+        return -1  # not even the newest version is readable
+    found, first_lsn, newest_lsn = None, None, None
+    for version in reversed(versions[versions.index(oldest) :]):
+        lsns = _lsns(table, version)
+        if not lsns:
+            continue
+        newest_lsn = newest_lsn or max(lsns)
+        if max(lsns) < replay.value:
+            break
+        found, first_lsn = version, min(lsns)
+    if found is None:
+        held = f"its newest row's is {pg.format_lsn(newest_lsn)}" if newest_lsn else "it is empty"
+        raise replay.refused(f"no row of {table} is at or after that LSN ({held})")
+    return found - (found == oldest > 0 and first_lsn > replay.value)
+
+
+def _data_files(table: Path, versions: list[int]) -> Iterator[Path]:
+    for version in versions:
+        for action in _commit(table, version):
+            added = action.get("add")
+            if added and added.get("dataChange", True) and _file(table, added["path"]).exists():
+                yield _file(table, added["path"])
+
+
 def delta(
     replay: Replay, dataset: str, source: dict[str, Any], offset: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the Delta source's offset from which to read ``version:`` or ``timestamp:``, what
-    the event log records of it): refused when the table no longer holds the changes of
-    every version from there."""
+    """(the Delta source's offset from which to read ``version:``, ``timestamp:`` or, in a
+    PostgreSQL capture's change table, ``lsn:``, and what the event log records of it):
+    refused when the table no longer holds the changes of every version from there."""
     table = Path(source["path"])
-    if replay.kind not in ("version", "timestamp"):
+    if replay.kind not in ("version", "timestamp", "lsn"):
         raise replay.refused(f"the flow reads the Delta table {table}: give version: or timestamp:")
     versions = pos.delta_versions(table)
     if not versions:
         raise replay.refused(f"{table} has no commits")
-    newest = versions[-1]
-    version = replay.value
-    if replay.kind == "timestamp":
-        later = [v for v in versions if _commit_time(table, v) >= replay.value]
-        if not later:
-            at = _commit_time(table, newest).isoformat()
-            raise replay.refused(
-                f"no version of {table} was committed then or later (the newest, {newest}, at {at})"
-            )
-        version = later[0]
-        if version == versions[0] > 0:  # a cleaned-up commit before it may be later still
-            version -= 1
-    if version > newest:
-        raise replay.refused(f"the newest version of {table} is {newest}")
     oldest = oldest_readable(table, versions)
+    if replay.kind == "timestamp":
+        version = _at_time(replay, table, versions)
+    elif replay.kind == "lsn":
+        version = _at_lsn(replay, table, versions, oldest)
+    else:
+        version = replay.value
+    if version > versions[-1]:
+        raise replay.refused(f"the newest version of {table} is {versions[-1]}")
     if oldest is None or version < oldest:
+        held = "none"
+        if oldest is not None:
+            held = f"version:{oldest} (committed {_commit_time(table, oldest).isoformat()})"
         raise ReplayBeyondRetentionError(
             flow=replay.flow,
             dataset=dataset,
@@ -118,9 +179,7 @@ def delta(
             source=str(table),
             why=f"the commit or the data files of version {version} are gone (log cleanup "
             "or VACUUM)",
-            oldest="none"
-            if oldest is None
-            else f"version:{oldest} (committed {_commit_time(table, oldest).isoformat()})",
+            oldest=held,
         )
     # (v, index -1): before every file of version v, read as changes, not as a snapshot;
     # -1 is the index's form in version 1 of Delta's offset format.
