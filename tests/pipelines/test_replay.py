@@ -7,11 +7,14 @@ the event log records each replay."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from changes import EVERYTHING, rows
+from delta.tables import DeltaTable
 from projects import FEED, run, scd1_rows, scd2_rows, write_project
+from pyspark.sql import functions as F
 from reference import Change, fold_scd1, fold_scd2
 
 from autocdc import pipelines as dp
@@ -97,8 +100,9 @@ def test_replays_from_several_positions_equal_the_reference_fold(spark, feed):
     assert scd2_rows(spark, history) == fold_scd2(buggy(EVERYTHING))  # not replayed yet
     run(spark, spec, replay_from=replay.parse("history_cdc=version:3"))
     assert scd2_rows(spark, history) == fold_scd2(buggy(EVERYTHING) + COMMITS[2])
-    second = spark.sql(f"DESCRIBE HISTORY {database}.feed").where("version = 1").first()
-    at = second.timestamp.isoformat()  # the session's time zone is UTC
+    history_of_feed = DeltaTable.forName(spark, f"{database}.feed").history()
+    millis = history_of_feed.where("version = 1").select(F.unix_millis("timestamp")).first()[0]
+    at = datetime.fromtimestamp(millis / 1000, timezone.utc).isoformat()  # as a user reads it
     run(spark, spec, replay_from=replay.parse(f"history_cdc=timestamp:{at}"))
     assert scd2_rows(spark, history) == fold_scd2(EVERYTHING)
     run(spark, spec, replay_from=replay.parse("history_cdc=version:1"))  # the same changes

@@ -6,6 +6,7 @@ leaves noted in the checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -86,15 +87,16 @@ def _table(root: Path, commits: list[list[str]], start: int = 0) -> Path:
     """A Delta table's log: commit ``start + i`` adds the files ``commits[i]`` (written
     too), stamped one second apart from 2026-01-01T00:00:00Z."""
     (root / "_delta_log").mkdir(parents=True)
-    base = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
     for i, files in enumerate(commits):
         version = start + i
-        actions = [{"commitInfo": {"timestamp": base + version * 1000}}]
+        actions = [{"commitInfo": {"operation": "WRITE"}}]
         for name in files:
             (root / name).write_text("data")
             actions.append({"add": {"path": name, "dataChange": True}})
-        lines = "\n".join(json.dumps(a) for a in actions)
-        (root / "_delta_log" / f"{version:020d}.json").write_text(lines + "\n")
+        commit = root / "_delta_log" / f"{version:020d}.json"
+        commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+        os.utime(commit, (base + version, base + version))  # Delta's time: the file's
     return root
 
 

@@ -76,23 +76,32 @@ def oldest_readable(table: Path, versions: list[int]) -> int | None:
     return oldest
 
 
-def _commit_time(table: Path, version: int) -> datetime:
-    """When ``version`` was committed: its commitInfo's timestamp, else its file's time."""
-    for action in _commit(table, version):
-        info = action.get("commitInfo") or {}
-        stamp = info.get("inCommitTimestamp") or info.get("timestamp")
-        if stamp is not None:
-            return datetime.fromtimestamp(stamp / 1000, timezone.utc)
-    stat = (table / "_delta_log" / f"{version:020d}.json").stat()
-    return datetime.fromtimestamp(stat.st_mtime, timezone.utc)
+def commit_times(table: Path, versions: list[int]) -> dict[int, datetime]:
+    """When each version was committed, as Delta tells it (``DESCRIBE HISTORY``,
+    ``timestampAsOf``): its in-commit timestamp where the table keeps them, else its commit
+    file's modification time, made to increase with the version."""
+    times: dict[int, datetime] = {}
+    last = None
+    for version in versions:
+        path = table / "_delta_log" / f"{version:020d}.json"
+        with path.open() as commit:
+            first = json.loads(commit.readline() or "{}")
+        millis = (first.get("commitInfo") or {}).get("inCommitTimestamp")
+        if millis is None:
+            millis = int(path.stat().st_mtime * 1000)
+            millis = millis if last is None else max(millis, last + 1)
+        last = millis
+        times[version] = datetime.fromtimestamp(millis / 1000, timezone.utc)
+    return times
 
 
 def _at_time(replay: Replay, table: Path, versions: list[int]) -> int:
     """The first version committed at or after the time; one before the oldest commit the
     log keeps when that is it and older ones were cleaned up (they may be later still)."""
-    later = [v for v in versions if _commit_time(table, v) >= replay.value]
+    times = commit_times(table, versions)
+    later = [v for v in versions if times[v] >= replay.value]
     if not later:
-        at = _commit_time(table, versions[-1]).isoformat()
+        at = times[versions[-1]].isoformat()
         newest = f"the newest, {versions[-1]}, at {at}"
         raise replay.refused(f"no version of {table} was committed then or later ({newest})")
     return later[0] - (later[0] == versions[0] > 0)
@@ -171,7 +180,8 @@ def delta(
     if oldest is None or version < oldest:
         held = "none"
         if oldest is not None:
-            held = f"version:{oldest} (committed {_commit_time(table, oldest).isoformat()})"
+            at = commit_times(table, versions[versions.index(oldest) :])[oldest]
+            held = f"version:{oldest} (committed {at.isoformat()})"
         raise ReplayBeyondRetentionError(
             flow=replay.flow,
             dataset=dataset,
