@@ -125,6 +125,18 @@ def test_a_delta_position_past_the_table_or_of_another_kind_is_refused(tmp_path,
         _delta(table, given)
 
 
+def test_a_position_ahead_of_the_flow_is_refused(tmp_path, broker):
+    """It would skip the changes in between: a replay only goes back."""
+    table = _table(tmp_path / "t", [[], ["a.parquet"], ["b.parquet"], ["c.parquet"]])
+    source = {"kind": "delta", "path": str(table)}
+    at_two = {**DELTA_OFFSET, "reservoirVersion": 2}
+    with pytest.raises(ReplayPositionError):
+        rewind.delta(replay.parse("f=version:3"), "orders", source, at_two)
+    assert rewind.delta(replay.parse("f=version:2"), "orders", source, at_two)[1] == {"version": 2}
+    with pytest.raises(ReplayPositionError):
+        _kafka('f=offsets:{"t":{"0":45}}')  # the flow is at 40
+
+
 def test_a_delta_version_whose_files_were_vacuumed_is_refused_naming_the_oldest(tmp_path):
     table = _table(tmp_path / "t", [[], ["a.parquet"], ["b.parquet"], ["c.parquet"]])
     (table / "a.parquet").unlink()  # removed by a later commit, then VACUUM

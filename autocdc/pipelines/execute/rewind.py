@@ -177,6 +177,11 @@ def delta(
         version = replay.value
     if version > versions[-1]:
         raise replay.refused(f"the newest version of {table} is {versions[-1]}")
+    if version > offset["reservoirVersion"]:  # it would skip the versions in between
+        raise replay.refused(
+            f"version {version} is ahead of the flow (at version "
+            f"{offset['reservoirVersion']}): a replay goes back"
+        )
     if oldest is None or version < oldest:
         held = "none"
         if oldest is not None:
@@ -255,6 +260,13 @@ def kafka(
             why=f"{', '.join(f'{t}[{p}]' for t, p in gone)}: {why}",
             oldest="offsets:" + json.dumps(earliest),
         )
+    ahead = [
+        f"{t}[{p}] to {at} (the flow is at {offset.get(t, {}).get(str(p))})"
+        for (t, p), at in wanted.items()
+        if str(p) in offset.get(t, {}) and at > offset[t][str(p)]
+    ]
+    if ahead:  # it would skip the records in between
+        raise replay.refused(f"it moves {', '.join(ahead)} ahead: a replay goes back")
     rewound = {t: dict(parts) for t, parts in offset.items()}
     for (topic, partition), at in wanted.items():
         rewound.setdefault(topic, {})[str(partition)] = at
