@@ -179,8 +179,8 @@ class ReplayPositionError(PipelineError):
     template = (
         "--replay-from {given!r}: {problem}. Give FLOW=KIND:VALUE, e.g. "
         "orders=version:12, orders=timestamp:2026-01-31T08:00:00Z, "
-        'orders=offsets:{{"topic":{{"0":42}}}}, orders=offsets:earliest or '
-        "orders=lsn:16/B374D848."
+        'orders=offsets:{{"topic":{{"0":42}}}}, orders=offsets:earliest, '
+        'orders=lsn:16/B374D848 or orders=watermark:{{"updated_at":"2026-01-31 08:00:00"}}.'
     )
 
 
@@ -199,7 +199,8 @@ class ReplayUnsupportedError(PipelineError):
     template = (
         "Flow `{flow}` cannot be replayed: {why}. Replay rewinds an AUTO CDC flow that "
         "streams one Delta table (positions version: and timestamp:, and lsn: in a "
-        "PostgreSQL capture's change table) or one Kafka source (offsets: and timestamp:). "
+        "PostgreSQL capture's change table) or one Kafka source (offsets: and timestamp:), "
+        "or one reading a WATERMARK extraction source (watermark:). "
         "To read everything again instead: "
         "`autocdc run --full-refresh {dataset}`."
     )

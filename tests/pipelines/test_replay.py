@@ -2,11 +2,12 @@
 bad transformation is fixed, each replay leaves the targets equal to the reference fold of
 every change they were given (SCD type 2 history included, and unchanged by a replay of
 changes it holds); a replay that cannot be done is refused before anything is written;
-the event log records each replay."""
+the event log records each replay. A WATERMARK extraction is replayed from a watermark."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from autocdc import pipelines as dp
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.errors import (
     ReplayBeyondRetentionError,
+    ReplayPositionError,
     ReplayUnknownFlowError,
     ReplayUnsupportedError,
 )
@@ -152,3 +154,68 @@ def test_a_replay_that_cannot_be_done_is_refused_before_anything_is_written(spar
     assert replays(spark, spec) == []
     run(spark, spec, replay_from=replay.parse("latest=version:4"))  # the oldest it holds
     assert scd1_rows(spark, f"{database}.latest") == fold_scd1(buggy(EVERYTHING))
+
+
+EXTRACTED = """
+from autocdc import pipelines as dp
+
+dp.create_extraction_source(name="items_src", url="URL", table="items", cdc_order=["updated_at"])
+dp.create_streaming_table("latest")
+dp.create_auto_cdc_flow(target="latest", source="items_src", keys=["id"], sequence_by="updated_at")
+dp.create_streaming_table("history")
+dp.create_auto_cdc_flow(target="history", name="history_flow", source="items_src", keys=["id"],
+                        sequence_by="updated_at", stored_as_scd_type=2)
+"""
+
+
+def test_an_extraction_replayed_from_a_watermark_reads_the_rows_since_again(
+    spark, tmp_path, new_table
+):
+    """A WATERMARK extraction (SQLite through JDBC) replayed from the start and from a
+    value: the rows changed since are read again, as the table holds them now, and
+    change nothing: SCD type 1 is the table, SCD type 2 history is as it was. A
+    watermark ahead of the flow's is refused."""
+    db = tmp_path / "shop.db"
+
+    def execute(*statements: str) -> None:
+        with sqlite3.connect(db) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+    execute(
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, updated_at TEXT)",
+        "INSERT INTO items VALUES (1, 'a', '2026-01-01 07:00:00'), "
+        "(2, 'b', '2026-01-01 08:00:00'), (3, 'c', '2026-01-01 09:00:00')",
+    )
+    database = new_table("replay_x")
+    url = f"jdbc:sqlite:{db}"
+    spec = write_project(tmp_path / "p", database, {"f.py": EXTRACTED.replace("URL", url)})
+    run(spark, spec)
+    execute("UPDATE items SET name = 'b2', updated_at = '2026-01-01 10:00:00' WHERE id = 2")
+    run(spark, spec)
+    table = {(1, "a"), (2, "b2"), (3, "c")}
+
+    def latest() -> set:
+        return {(r.id, r.name) for r in spark.table(f"{database}.latest").collect()}
+
+    history = sorted(map(tuple, spark.table(f"{database}.history").collect()), key=repr)
+    assert latest() == table and len(history) == 4  # 2's two versions
+    for flow in ("latest", "history_flow"):
+        for given in ('{"updated_at": null}', '{"updated_at": "2026-01-01 08:30:00"}'):
+            run(spark, spec, replay_from=replay.parse(f"{flow}=watermark:{given}"))
+            assert latest() == table
+            after = sorted(map(tuple, spark.table(f"{database}.history").collect()), key=repr)
+            assert after == history
+    with pytest.raises(ReplayPositionError):
+        run(
+            spark,
+            spec,
+            replay_from=replay.parse('latest=watermark:{"updated_at": "2027-01-01 00:00:00"}'),
+        )
+    logged = [(flow, offset["updated_at"]) for flow, offset in replays(spark, spec)]
+    assert logged == [
+        ("latest", None),
+        ("latest", "2026-01-01 08:30:00"),
+        ("history_flow", None),
+        ("history_flow", "2026-01-01 08:30:00"),
+    ]

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from autocdc.pipelines import cli
 from autocdc.pipelines.errors import ReplayBeyondRetentionError, ReplayPositionError
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute import replay, rewind
+from autocdc.sources.extract import Extraction
 
 DELTA_OFFSET = {
     "sourceVersion": 1,
@@ -47,6 +49,7 @@ DELTA_OFFSET = {
         ('o=offsets:{"t":{"0":5,"1":0}}', "offsets", {"t": {"0": 5, "1": 0}}),
         ("o=offsets:earliest", "offsets", "earliest"),
         ("o=lsn:16/B374D848", "lsn", (0x16 << 32) | 0xB374D848),
+        ('o=watermark:{"v":1.50,"at":null}', "watermark", {"v": Decimal("1.50"), "at": None}),
     ],
 )
 def test_a_position_is_read_with_its_kind(given, kind, value):
@@ -68,6 +71,7 @@ def test_a_position_is_read_with_its_kind(given, kind, value):
         'orders=offsets:{"t":{"p":5}}',
         'orders=offsets:{"t":5}',
         "orders=offsets:[1]",
+        'orders=watermark:{"a":[1]}',
     ],
 )
 def test_a_position_that_cannot_be_read_is_refused(given):
@@ -270,3 +274,29 @@ def test_a_rewind_a_kill_interrupted_is_finished_by_the_next_start(tmp_path):
     before = time.time()
     replay.finish(checkpoint)  # nothing noted: nothing written
     assert (checkpoint / "commits" / "4").stat().st_mtime <= before
+
+
+def test_a_watermark_moves_the_named_columns_back():
+    source = Extraction(
+        name="s", dsn="dbname=x", table="t", cdc_order=["updated_at", "version DESC"]
+    )
+    stored = {"updated_at": "2026-01-01 08:00:00", "version": 5}
+
+    def moved(given: str) -> dict:
+        return rewind.watermark(replay.parse(f"f=watermark:{given}"), source, stored)[0]
+
+    assert moved('{"updated_at": "2026-01-01 07:00:00"}') == {
+        "updated_at": "2026-01-01 07:00:00",
+        "version": 5,
+    }
+    assert moved('{"version": 9, "updated_at": null}') == {"updated_at": None, "version": 9}
+    for given in (
+        '{"version": 3}',  # descending: a smaller version is ahead
+        '{"updated_at": "2026-01-02 00:00:00"}',
+        '{"updated_at": 5}',
+        '{"nope": 1}',
+    ):
+        with pytest.raises(ReplayPositionError):
+            moved(given)
+    with pytest.raises(ReplayPositionError):
+        rewind.watermark(replay.parse("f=version:3"), source, stored)

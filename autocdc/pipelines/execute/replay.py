@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,21 +45,22 @@ from autocdc.pipelines.errors import (
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute import rewind
-from autocdc.pipelines.execute.checkpoint import write_atomically
+from autocdc.pipelines.execute.checkpoint import CheckpointFile, write_atomically
 from autocdc.pipelines.execute.eventlog import EventLog
-from autocdc.sources import kafkaclient
+from autocdc.sources import extract, kafkaclient
 from autocdc.sources import pgoutput as pg
+from autocdc.sources.extract import Strategy
 
 NOTE = "autocdc-replay.json"
-KINDS = ("version", "timestamp", "offsets", "lsn")
+KINDS = ("version", "timestamp", "offsets", "lsn", "watermark")
 _LSN = re.compile(r"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}")
 
 
 @dataclass(frozen=True)
 class Replay:
-    """One flow, one position: ``kind`` (``version``, ``timestamp``, ``offsets`` or
-    ``lsn``) and its ``value`` (an int, an aware datetime, Kafka offsets or
-    ``"earliest"``, an LSN as a number)."""
+    """One flow, one position: ``kind`` (``version``, ``timestamp``, ``offsets``, ``lsn``
+    or ``watermark``) and its ``value`` (an int, an aware datetime, Kafka offsets or
+    ``"earliest"``, an LSN as a number, a watermark's values by column)."""
 
     flow: str
     kind: str
@@ -110,6 +112,16 @@ def _value(replay: Replay, text: str) -> Any:
         except ValueError:
             raise replay.refused(f"{text!r} is not an ISO 8601 time") from None
         return at if at.tzinfo else at.replace(tzinfo=timezone.utc)  # no zone: UTC
+    if replay.kind == "watermark":
+        try:
+            values = json.loads(text, parse_float=Decimal)  # a decimal kept exact
+        except json.JSONDecodeError:
+            values = None
+        if not isinstance(values, dict) or not all(
+            isinstance(v, str | int | Decimal | None) for v in values.values()
+        ):
+            raise replay.refused('a watermark is JSON, {"cdc_order column": value}')
+        return values
     if text == rewind.EARLIEST:
         return text
     try:
@@ -147,8 +159,9 @@ def _why_not(flow: Flow) -> str | None:
     if isinstance(flow, QueryFlow):
         return "it is an append flow: the rows it read again would be appended twice"
     assert isinstance(flow, CdcFlow)
-    if flow.extraction is not None:
-        return "its source is an extraction (extraction watermarks cannot be replayed yet)"
+    if flow.extraction is not None and flow.extraction.strategy is not Strategy.WATERMARK:
+        strategy = flow.extraction.strategy.value
+        return f"its source is a {strategy} extraction (only a WATERMARK one has positions)"
     if flow.once or not flow.streaming:
         return "it is a once flow (a full refresh of its target runs it again)"
     return None
@@ -176,6 +189,9 @@ def rewind_flow(
         why = f" (this run fully refreshes `{dataset}`: it reads everything anyway)"
         raise ReplayNotStartedError(flow=flow.name, why=why)
     checkpoint = project.checkpoint(flow.name)
+    if flow.extraction is not None:
+        _rewind_extraction(replay, flow, dataset, target, CheckpointFile(checkpoint), events)
+        return dataset
     finish(checkpoint)
     with session_conf(spark, getattr(flow, "spark_conf", {})):
         df = g.build(flow, _dataset(graph, dataset), spark, target)
@@ -212,6 +228,32 @@ def rewind_flow(
     )
     _append_batch(checkpoint, batch, [offset])
     return dataset
+
+
+def _rewind_extraction(
+    replay: Replay,
+    flow: CdcFlow,
+    dataset: str,
+    target: str,
+    store: CheckpointFile,
+    events: EventLog,
+) -> None:
+    """Move a WATERMARK extraction flow's checkpoint back (one file, replaced whole)."""
+    source = flow.extraction
+    assert source is not None
+    stored = store.read(source, flow.name, dataset)
+    if stored is None:
+        raise ReplayNotStartedError(flow=flow.name, why="")
+    moved, said = rewind.watermark(replay, source, stored)
+    offset = json.loads(extract.dumps(moved, source.name))
+    events.write(
+        "replay",
+        flow=flow.name,
+        target=target,
+        position=[{"kind": "extraction", "path": None, "source": source.name, "offset": offset}],
+        message=f"flow {flow.name}: replay from {replay.position} ({extract.dumps(said)})",
+    )
+    store.write(source, moved, rows=0, batches=0)
 
 
 def _append_batch(checkpoint: Path, batch: int, ends: list[dict[str, Any]]) -> None:

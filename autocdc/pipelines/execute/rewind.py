@@ -28,6 +28,7 @@ from autocdc.sources import pgoutput as pg
 
 if TYPE_CHECKING:
     from autocdc.pipelines.execute.replay import Replay
+    from autocdc.sources.extract import Extraction
 
 EARLIEST = "earliest"
 
@@ -271,3 +272,36 @@ def kafka(
     for (topic, partition), at in wanted.items():
         rewound.setdefault(topic, {})[str(partition)] = at
     return rewound, {"offsets": rewound}
+
+
+def watermark(
+    replay: Replay, source: Extraction, stored: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(a WATERMARK extraction flow's checkpoint moved back to ``watermark:`` and what the
+    event log records of it). The columns named take the values given (null: from the
+    first value, as the first run reads), the others keep theirs. A table holds its rows'
+    state now, so every watermark is within what it holds: a run reads the rows changed
+    since, as they are now."""
+    if replay.kind != "watermark":
+        raise replay.refused(
+            f"the flow reads the extraction source {source.name}: give "
+            'watermark:{"column": value}'
+        )
+    orders = {o.column: o for o in source.cdc_order}
+    unknown = [c for c in replay.value if c not in orders]
+    if unknown:
+        raise replay.refused(
+            f"{unknown} are not cdc_order columns of {source.name} ({', '.join(orders)})"
+        )
+    moved = dict(stored)
+    for column, value in replay.value.items():
+        held = stored.get(column)
+        if value is not None and held is not None:
+            if isinstance(value, str) != isinstance(held, str):
+                raise replay.refused(f"{column} holds values such as {held!r}, not {value!r}")
+            if orders[column].further(held, value) != held:
+                raise replay.refused(
+                    f"{column} {value!r} is ahead of the flow (at {held!r}): a replay goes back"
+                )
+        moved[column] = value
+    return moved, {"watermark": moved}
