@@ -164,9 +164,11 @@ class Runner:
         for view in self.graph.order:
             if view.kind == "temporary_view":
                 self._view(view)
-        return replay.rewind_flow(
+        dataset = replay.rewind_flow(
             self.spark, self.project, self.graph, wanted, self.events, self.qualify, resetting
         )
+        say(f"flow {wanted.flow}: replaying from {wanted.position}")
+        return dataset
 
     def _view(self, dataset: Dataset) -> None:
         for flow in self.graph.flows[dataset.name]:
