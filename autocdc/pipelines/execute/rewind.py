@@ -7,7 +7,9 @@ read from its ``_delta_log`` (a version's change data is there while its commit 
 the files it added are), a Kafka source from its broker (each partition's earliest
 retained offset). An offset is the one Spark writes for the source: a Delta version ``v``
 read as changes from its first file is ``(v, index -1)``, a Kafka partition's is the next
-offset to read.
+offset to read. A WATERMARK extraction's position is its checkpoint, which a table (its
+rows' state now) always holds. A position ahead of the flow's is refused: it would skip
+the changes in between.
 """
 
 from __future__ import annotations
@@ -165,7 +167,10 @@ def delta(
     refused when the table no longer holds the changes of every version from there."""
     table = Path(source["path"])
     if replay.kind not in ("version", "timestamp", "lsn"):
-        raise replay.refused(f"the flow reads the Delta table {table}: give version: or timestamp:")
+        raise replay.refused(
+            f"the flow reads the Delta table {table}: give version:, timestamp: or (a "
+            "PostgreSQL change table) lsn:"
+        )
     versions = pos.delta_versions(table)
     if not versions:
         raise replay.refused(f"{table} has no commits")
