@@ -130,6 +130,7 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     admin = AdminClient({"bootstrap.servers": broker.servers})
     (deleted,) = admin.delete_records([TopicPartition(TOPIC, 0, 2)]).values()
     deleted.result(timeout=30)
+    del admin, deleted  # its connection closed before the broker stops
     written = spark.sql(f"DESCRIBE HISTORY {database}.customers").first().version
     for given in (f'customers=offsets:{{"{TOPIC}":{{"0":1}}}}', "customers=timestamp:2000-01-01"):
         with pytest.raises(ReplayBeyondRetentionError) as refused:

@@ -162,7 +162,7 @@ def _why_not(flow: Flow) -> str | None:
     if flow.extraction is not None and flow.extraction.strategy is not Strategy.WATERMARK:
         strategy = flow.extraction.strategy.value
         return f"its source is a {strategy} extraction (only a WATERMARK one has positions)"
-    if flow.once or not flow.streaming:
+    if flow.once:
         return "it is a once flow (a full refresh of its target runs it again)"
     return None
 
