@@ -241,19 +241,22 @@ def run(
     refresh: list[str] | None = None,
     extract_options: ExtractionOptions | None = None,
     expect_deletes: list[str] | None = None,
+    replay_from: str | None = None,
 ) -> list[str]:
     """``autocdc run`` from Python (a notebook, a job): run the project of ``spec`` once
     on ``spark`` (default: ``autocdc.spark_session`` for the project's warehouse) and
     return the datasets in the order they ran. ``extract_options`` replace every
     extraction flow's and source's options for this run; the snapshot flows of
     ``expect_deletes`` datasets may delete beyond their ``max_delete_fraction``.
+    ``replay_from``: ``"FLOW=KIND:VALUE"``, as ``autocdc run --replay-from`` takes it (that
+    flow reads its source again from there; see docs/operations.md).
 
     Like ``autocdc run`` it holds the project's run lock (another run of the project, from
     a terminal or another notebook, is refused with ``AUTOCDC_PIPELINE_LOCKED``), and it
     leaves the session's current database and working folder as it found them."""
     from autocdc.pipelines import cli
     from autocdc.pipelines.declare import project
-    from autocdc.pipelines.execute import lock, runner
+    from autocdc.pipelines.execute import lock, replay, runner
     from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))
@@ -264,6 +267,7 @@ def run(
         refresh=None if refresh is None else set(refresh),
         extract=extract_options,
         expect_deletes=set(expect_deletes or []),
+        replay_from=None if replay_from is None else replay.parse(replay_from),
     )
     database, folder = spark.catalog.currentDatabase(), cli.working_folder(spark)
     with lock.hold(loaded.storage_path, loaded.name, lock.expiry_seconds(loaded)):

@@ -28,7 +28,7 @@ from rich.console import Console
 from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.logs import log_file
 from autocdc.pipelines.declare import project, registry, scaffold
-from autocdc.pipelines.execute import graph, interrupt, lock, runner
+from autocdc.pipelines.execute import graph, interrupt, lock, replay, runner
 from autocdc.pipelines.operations import overview, report
 from autocdc.sources import spark_session
 from autocdc.sources.extract import ExtractionOptions
@@ -56,6 +56,14 @@ def _extract_options(text: str) -> ExtractionOptions:
     except ValidationError as error:
         said = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise argparse.ArgumentTypeError(said) from None
+
+
+def _replay_from(text: str) -> replay.Replay:
+    """``FLOW=KIND:VALUE`` -> the run's replay."""
+    try:
+        return replay.parse(text)
+    except AutoCdcError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K=V,...",
         help="extraction options for this run, replacing the flows' and sources' "
         "(max_concurrency, retries, staging, page_rows)",
+    )
+    run.add_argument(
+        "--replay-from",
+        type=_replay_from,
+        metavar="FLOW=KIND:VALUE",
+        help="rewind one flow to a position of its source first: version:N or "
+        "timestamp:T (a Delta table), offsets:JSON|earliest or timestamp:T (Kafka)",
     )
     report.add_arguments(commands.add_parser("report", help="write the status page (HTML)"))
     init = commands.add_parser("init", help="create a sample project")
@@ -199,6 +214,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
         trigger_seconds=getattr(args, "trigger_interval", 10.0),
         extract=getattr(args, "extract_options", None),
         expect_deletes=getattr(args, "expect_deletes", set()),
+        replay_from=getattr(args, "replay_from", None),
     )
     resolved = resolve(spec, spark, options)
     interrupt.check()

@@ -169,3 +169,58 @@ class SourceDataLostError(PipelineError):
         "retention removed records it had not read. To read the topic again from its start "
         "into a rebuilt target: `autocdc run --full-refresh {dataset}`."
     )
+
+
+class ReplayPositionError(PipelineError):
+    """A ``--replay-from`` that cannot be read, or a position of a kind the flow's source
+    does not have (see :mod:`autocdc.pipelines.execute.replay`)."""
+
+    error_class = "AUTOCDC_PIPELINE_REPLAY_POSITION"
+    template = (
+        "--replay-from {given!r}: {problem}. Give FLOW=KIND:VALUE, e.g. "
+        "orders=version:12, orders=timestamp:2026-01-31T08:00:00Z, "
+        'orders=offsets:{{"topic":{{"0":42}}}}, orders=offsets:earliest, '
+        'orders=lsn:16/B374D848 or orders=watermark:{{"updated_at":"2026-01-31 08:00:00"}}.'
+    )
+
+
+class ReplayUnknownFlowError(PipelineError):
+    error_class = "AUTOCDC_PIPELINE_REPLAY_UNKNOWN_FLOW"
+    template = (
+        "--replay-from names flow `{flow}`, which the pipeline does not define (its flows: "
+        "{known}). A flow's name is its `name=`, else its target's."
+    )
+
+
+class ReplayUnsupportedError(PipelineError):
+    """The flow cannot be rewound: nothing was written."""
+
+    error_class = "AUTOCDC_PIPELINE_REPLAY_UNSUPPORTED"
+    template = (
+        "Flow `{flow}` cannot be replayed: {why}. Replay rewinds an AUTO CDC flow that "
+        "streams one Delta table (positions version: and timestamp:, and lsn: in a "
+        "PostgreSQL capture's change table) or one Kafka source (offsets: and timestamp:), "
+        "or one reading a WATERMARK extraction source (watermark:). "
+        "To read everything again instead: "
+        "`autocdc run --full-refresh {dataset}`."
+    )
+
+
+class ReplayNotStartedError(PipelineError):
+    error_class = "AUTOCDC_PIPELINE_REPLAY_NOT_STARTED"
+    template = (
+        "Flow `{flow}` has no committed micro-batch to rewind from{why}. Run the pipeline "
+        "without --replay-from: a flow's first run reads its whole source."
+    )
+
+
+class ReplayBeyondRetentionError(PipelineError):
+    """The source no longer holds the changes from the position asked: nothing was written."""
+
+    error_class = "AUTOCDC_PIPELINE_REPLAY_BEYOND_RETENTION"
+    template = (
+        "Flow `{flow}` cannot replay from {position}: its source {source} no longer holds "
+        "the changes from there ({why}). The oldest position it still holds: {oldest}. "
+        "Replay from there or later, or rebuild the target from what the source holds: "
+        "`autocdc run --full-refresh {dataset}`."
+    )

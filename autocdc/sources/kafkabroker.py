@@ -215,3 +215,42 @@ def newest(
         raise _unreachable(servers, error) from None
     finally:
         asking.close()
+
+
+def retained(
+    servers: str,
+    topics: list[str] | None,
+    pattern: str | None,
+    client: Mapping[str, str] | None = None,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition of the topics with its earliest retained offset and its end: what a
+    replay may read from. A broker that does not answer is an error that says so."""
+    asking = _Client(servers, client)
+    try:
+        return _ranges(asking, topics, pattern)
+    except KafkaException as error:
+        raise _unreachable(servers, error) from None
+    finally:
+        asking.close()
+
+
+def at_time(
+    servers: str,
+    ranges: Mapping[tuple[str, int], tuple[int, int]],
+    millis: int,
+    client: Mapping[str, str] | None = None,
+) -> dict[tuple[str, int], int]:
+    """Per partition of ``ranges`` (as :func:`retained` gives them), the offset of its
+    first record stamped at or after ``millis``; its end when it has none."""
+    asking = _Client(servers, client)
+    try:
+        asked = [TopicPartition(t, p, millis) for t, p in ranges]
+        found = asking.consumer.offsets_for_times(asked, timeout=TIMEOUT_SECONDS)
+    except KafkaException as error:
+        raise _unreachable(servers, error) from None
+    finally:
+        asking.close()
+    return {
+        (tp.topic, tp.partition): tp.offset if tp.offset >= 0 else ranges[tp.topic, tp.partition][1]
+        for tp in found
+    }

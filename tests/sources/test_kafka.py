@@ -6,6 +6,7 @@ source declared with ``dp.create_debezium_source``."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import signal
 import time
@@ -14,6 +15,8 @@ import uuid
 import debeziumcase as case
 import pytest
 from changes import EVERYTHING
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 from debeziumcase import debezium_event
 from kafkaserver import Broker, Connect
 from pgserver import Server
@@ -24,6 +27,8 @@ from sparkconf import SMALL_SPARK
 
 from autocdc import debezium_kafka
 from autocdc.pipelines.declare import project
+from autocdc.pipelines.errors import ReplayBeyondRetentionError
+from autocdc.pipelines.execute import replay
 from autocdc.pipelines.operations import overview
 from autocdc.sources.errors import KafkaTopicNotFoundError
 
@@ -60,7 +65,8 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     """Each run applies only what arrived since the last (the query's checkpoint keeps the
     offsets: the one malformed event is quarantined once), Kafka and old-style tombstones
     are skipped, another table's events in the topic are left out, and the tables end as
-    the example's hand-worked answer says."""
+    the example's hand-worked answer says; a replay from the earliest offsets leaves them
+    so, and one from before what retention kept is refused."""
     root = tmp_path / "debezium"
     shutil.copytree(
         EXAMPLE, root, ignore=shutil.ignore_patterns("storage", "warehouse", "autocdc-*")
@@ -110,6 +116,27 @@ def test_debezium_topic_to_delta_across_runs(spark, broker, tmp_path, new_table,
     produce(spark, broker.servers, [other_table, None])
     lag = overview.status(project.load(spec))["flows"][0]["lag"]
     assert lag["records"] == 2 and 0 <= lag["oldest_age_seconds"] < 60
+
+    # Replayed from the earliest offsets: the same table, the malformed event not
+    # quarantined twice, the replay logged with the offsets it reads from.
+    run(spark, spec, replay_from=replay.parse("customers=offsets:earliest"))
+    customers = spark.table(f"{database}.customers").orderBy("id").collect()
+    assert [tuple(r) for r in customers] == check.CUSTOMERS
+    assert spark.table(f"{database}.customers__autocdc_quarantine").count() == 1
+    log = spark.read.format("delta").load(str(root / "storage" / "event_log"))
+    (logged,) = log.where("event_type = 'replay'").collect()
+    assert json.loads(logged.source_position)[0]["offset"] == {TOPIC: {"0": 0}}
+    # Records deleted by retention: a replay from before them is refused, nothing written.
+    admin = AdminClient({"bootstrap.servers": broker.servers})
+    (deleted,) = admin.delete_records([TopicPartition(TOPIC, 0, 2)]).values()
+    deleted.result(timeout=30)
+    del admin, deleted  # its connection closed before the broker stops
+    written = spark.sql(f"DESCRIBE HISTORY {database}.customers").first().version
+    for given in (f'customers=offsets:{{"{TOPIC}":{{"0":1}}}}', "customers=timestamp:2000-01-01"):
+        with pytest.raises(ReplayBeyondRetentionError) as refused:
+            run(spark, spec, replay_from=replay.parse(given))
+        assert refused.value.params["oldest"] == f'offsets:{{"{TOPIC}": {{"0": 2}}}}'
+    assert spark.sql(f"DESCRIBE HISTORY {database}.customers").first().version == written
 
 
 def test_a_topic_not_on_the_broker_is_named(spark, broker):

@@ -3,7 +3,8 @@ concurrent writers run random INSERT/UPDATE/DELETE/TRUNCATE traffic while `autoc
 loads 3,000 rows in batches of 100, is killed with SIGKILL twice at random moments of that
 initial load, and is restarted each time with no manual step. Then every SCD type 1
 target equals `SELECT *` of its table, and the SCD type 2 history of `items` is exactly
-the committed order of its changes (recorded by a trigger)."""
+the committed order of its changes (recorded by a trigger), also after a replay of the
+history from an LSN."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pgserver import Server
 from processes import ROOT, child_env
 from sparkconf import SUBPROCESS_CONF
 
+from autocdc.sources.pgoutput import parse_lsn
 from autocdc.sources.postgres import RESTARTED
 
 EXAMPLE = ROOT / "pipelines" / "postgres"
@@ -109,14 +111,15 @@ def _offsets(spec: Path) -> Path:
     return spec.parent / "storage" / "checkpoints" / "shop_changes" / "offsets"
 
 
-def _run(spec: Path, dsn: str, kill_at: tuple[int, float] | None = None) -> int:
-    """One `autocdc run`; ``kill_at=(n, seconds)``: SIGKILL that long after the slot's
-    query planned its batch ``n`` (its offset is written before the batch runs)."""
+def _run(spec: Path, dsn: str, kill_at: tuple[int, float] | None = None, *options: str) -> int:
+    """One `autocdc run` (with ``options``); ``kill_at=(n, seconds)``: SIGKILL that long
+    after the slot's query planned its batch ``n`` (its offset is written before the batch
+    runs)."""
     env = {**child_env(), "AUTOCDC_POSTGRES_DSN": dsn}
     log = spec.parent / "run.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autocdc", "run", "--spec", str(spec)],
+            [sys.executable, "-m", "autocdc", "run", "--spec", str(spec), *options],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -231,5 +234,16 @@ def test_capture_killed_mid_traffic_mirrors_the_database(spark, tmp_path):
         assert watermarked["public.items"] == RESTARTED
         assert set(watermarked) <= {"public.customers", "public.items"}
         assert set(watermarked.values()) == {RESTARTED}
+
+        # The history replayed from an LSN in the middle of the change table (the CLI's
+        # --replay-from): the changes it reads again are ones it holds, so it stays as it was.
+        captured = spark.read.format("delta").load(str(warehouse / "shop_changes"))
+        lsns = sorted({r.lsn for r in captured.select("lsn").collect()}, key=parse_lsn)
+        replayed = f"items_history=lsn:{lsns[len(lsns) // 2]}"
+        assert _run(spec, server.dsn, None, "--replay-from", replayed) == 0
+        again = spark.read.format("delta").load(str(warehouse / "items_history")).collect()
+        assert _versions(again) == history
+        log = spark.read.format("delta").load(str(spec.parent / "storage" / "event_log"))
+        assert [r.flow for r in log.where("event_type = 'replay'").collect()] == ["items_history"]
     finally:
         server.stop()

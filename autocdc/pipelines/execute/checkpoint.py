@@ -31,7 +31,7 @@ RUN = "extraction-run"
 FORMAT = 1
 
 
-def _replace(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Write ``path`` atomically: a private file, flushed, renamed over it, and the
     rename itself made to survive a crash of the machine."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,13 +81,15 @@ class CheckpointFile:
             "batches": batches,
             "written": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         }
-        _replace(self.path, extract.dumps(record, source.name))
+        write_atomically(self.path, extract.dumps(record, source.name))
 
     def finished(self, source: extract.Extraction, record: dict[str, Any]) -> None:
         """Note a successful run: ``record`` (its rows, the checkpoint, the source's newest
         values and how far behind them the checkpoint is), with the time it ended."""
         ended = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        _replace(self.path.with_name(RUN), extract.dumps({**record, "ended": ended}, source.name))
+        write_atomically(
+            self.path.with_name(RUN), extract.dumps({**record, "ended": ended}, source.name)
+        )
 
     def last_run(self) -> dict[str, Any] | None:
         """What :meth:`finished` noted last (None: no run has succeeded)."""
@@ -107,5 +109,5 @@ class CheckpointFile:
         except FileNotFoundError:
             last = 0
         read = max(time.time_ns() // 1000, last + 1)
-        _replace(stored, str(read))
+        write_atomically(stored, str(read))
         return read

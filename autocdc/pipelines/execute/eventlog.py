@@ -48,6 +48,7 @@ EVENT_TYPES = (
     "batch",
     "error",
     "checkpoint_moved",  # the project moved: its checkpoints' file paths were translated
+    "replay",  # a flow rewound to a position of its source (execute/replay.py)
 )
 MESSAGE_LIMIT = 20_000  # a streaming failure carries a whole Python traceback
 

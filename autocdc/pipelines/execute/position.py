@@ -234,7 +234,7 @@ def translate(checkpoint: Path, old: Path, new: Path) -> int:
     return rewritten
 
 
-def _delta_versions(table: Path) -> list[int]:
+def delta_versions(table: Path) -> list[int]:
     logs = table / "_delta_log"
     return sorted(int(m[1]) for p in logs.glob("*.json") if (m := _COMMIT.match(p.name)))
 
@@ -292,7 +292,7 @@ def lag(
             size = (size or 0) + sum(s.st_size for s in stats)
             ages = [now - s.st_mtime for s in stats]
         elif source["kind"] == "delta":
-            known = _delta_versions(location)
+            known = delta_versions(location)
             if not known:
                 continue
             # Delta's offset (v, index -1) means: nothing of version v read yet.

@@ -14,6 +14,9 @@ id and the same input. The id of the last batch applied is kept beside the check
 so a replay is skipped; a crash between the apply and that note replays the batch into
 the engine, where a repeated change is a no-op by design.
 
+A replay (``Options.replay_from``) rewinds one flow's checkpoint to a position of its
+source before anything is written (:mod:`autocdc.pipelines.execute.replay`).
+
 A once flow (a backfill) applies its source as one batch, then notes in its checkpoint
 folder that it ran; later runs skip it. A full refresh of its target removes the folder,
 so the next run applies it again; a run killed before the note applies it again too,
@@ -45,7 +48,7 @@ from autocdc.pipelines.errors import (
     SourceDataLostError,
     UnknownDatasetError,
 )
-from autocdc.pipelines.execute import extraction, interrupt, lock
+from autocdc.pipelines.execute import extraction, interrupt, lock, replay
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.eventlog import EventLog
@@ -67,6 +70,7 @@ class Options:
     extract: ExtractionOptions | None = None  # replace every extraction flow's and source's
     # Datasets whose snapshot flows may delete beyond their max_delete_fraction this run.
     expect_deletes: set[str] = field(default_factory=set)
+    replay_from: replay.Replay | None = None  # one flow rewound to a position of its source
 
     def resets(self, name: str) -> bool:
         """Whether dataset ``name`` is dropped by a full refresh before it runs."""
@@ -138,6 +142,8 @@ class Runner:
             raise UnknownDatasetError(names=sorted(unknown), known=names)
         resetting = {name for name in names if options.resets(name)}
         selected = set(names) if options.refresh is None else options.refresh | resetting
+        if options.replay_from is not None:
+            selected.add(self._rewind(options.replay_from, resetting))
         for dataset in self.graph.order:
             if dataset.name in resetting:
                 self._reset(dataset)
@@ -152,6 +158,17 @@ class Runner:
         for dataset in self.graph.order:  # temporary views live in the pipeline only
             if dataset.kind == "temporary_view":
                 self.spark.catalog.dropTempView(dataset.name)
+
+    def _rewind(self, wanted: replay.Replay, resetting: set[str]) -> str:
+        """Rewind the flow ``wanted`` names, before anything is written; its dataset."""
+        for view in self.graph.order:
+            if view.kind == "temporary_view":
+                self._view(view)
+        dataset = replay.rewind_flow(
+            self.spark, self.project, self.graph, wanted, self.events, self.qualify, resetting
+        )
+        say(f"flow {wanted.flow}: replaying from {wanted.position}")
+        return dataset
 
     def _view(self, dataset: Dataset) -> None:
         for flow in self.graph.flows[dataset.name]:
@@ -354,6 +371,7 @@ class Runner:
             self._snapshots(flow, dataset, target, options)
             return None
         checkpoint = self.project.checkpoint(flow.name)
+        replay.finish(checkpoint)  # a replay's rewind a kill interrupted
         ran = checkpoint / RAN_ONCE
         if isinstance(flow, CdcFlow) and flow.once and ran.is_file():
             say(f"flow {flow.name}: ran once already (a full refresh of {target} runs it again)")
