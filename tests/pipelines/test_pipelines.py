@@ -519,11 +519,11 @@ def test_flows_into_one_target_share_whether_it_is_partial_and_what_it_tracks(sp
     common = {"keys": ["id"], "sequence_by": "seq", "stored_as_scd_type": 2}
     for name, extra in (("full", {}), ("partial", {"columns_to_update": ["a"]})):
         flows.add_flow(_cdc_flow(name, {**common, **extra}))
-    resolved = graph.check_targets(flows)
-    assert [f.spec.partial_target for f in resolved["t"]] == [True, True]
-    assert not flows.flows["full"].spec.partial_target  # the declaration stays as it was
-    assert graph.engine_flow(resolved["t"][0], "db.t").partial
-    assert graph.engine_flow(resolved["t"][0], "db.t").target == "db.t"
+    engines = graph.place(flows, graph.check_targets(flows), lambda name: f"db.{name}")
+    assert [engines[f].partial_target for f in ("full", "partial")] == [True, True]
+    assert not flows.flows["full"].definition.partial_target  # the declaration stays as it was
+    assert engines["full"].partial
+    assert engines["full"].target == "db.t"
 
     flows.add_flow(_cdc_flow("other", {**common, "track_history_column_list": ["a"]}))
     with pytest.raises(errors.FlowsDisagreeError) as raised:
@@ -541,16 +541,18 @@ def test_a_flow_is_built_and_checked_once_where_it_is_declared(spark):
     assert raised.value.params["where"] == "cdc.sql:1"
     assert isinstance(raised.value.__cause__, TrackHistoryWithScd1Error)
     flows.register_sql(f"{cdc};", Path("cdc.sql"))
-    spec = flows.flows["f"].spec
+    spec = flows.flows["f"].definition
     assert (spec.target, spec.name, spec.keys, spec.sequence_by) == ("t", "f", ["id"], "seq")
-    run = graph.engine_flow(flows.flows["f"], "db.t")  # the flow a run applies: its name kept
+    flows.add_dataset(registry.Dataset("t", "streaming_table", "t.py:1"))
+    engines = graph.place(flows, graph.check_targets(flows), lambda name: f"db.{name}")
+    run = engines["f"]  # the flow a run applies: its name kept
     assert (run.target, run.flow_name, run.keys) == ("db.t", "f", ["id"])
 
 
 def _cdc_flow(name: str, options: dict) -> registry.CdcFlow:
     """A flow into ``t`` declared at ``t.py:<name>`` with ``options``."""
     at = f"t.py:{name}"
-    spec = registry.declared(registry.AutoCdcFlow, at, target="t", name=name, **options)
+    spec = registry.declared(registry.FlowDefinition, at, target="t", name=name, **options)
     return registry.CdcFlow(name, "t", "s", at, spec)
 
 

@@ -14,7 +14,7 @@ from reference import fold_scd1, fold_scd2
 
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project
-from autocdc.pipelines.execute import graph, runner
+from autocdc.pipelines.execute import runner
 from autocdc.pipelines.operations import overview
 
 FEED = """
@@ -92,7 +92,7 @@ def test_autocdc_apply_applies_what_is_staged(spark, warehouse, tmp_path, new_ta
     )
     drop(tmp_path, "1", A)
     ran = _run(spark, spec)
-    engine = graph.engine_flow(ran.graph.flows["latest"][0], f"{database}.latest")
+    engine = ran.graph.engines["latest"]
     engine.stage(spark.createDataFrame(rows(B), "id INT, a STRING, b INT, op STRING, seq BIGINT"))
     assert engine.staged_status(spark).rows == len(B)
     assert {r.id: (r.a, r.b) for r in engine.current(spark).collect()} == fold_scd1(A + B)

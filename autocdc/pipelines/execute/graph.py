@@ -11,11 +11,11 @@ waiting means a cycle.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import graphlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -24,7 +24,12 @@ from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 from pyspark.sql.types import LongType
 
-from autocdc.engine.errors import AutoCdcError, DefinitionChangedError, TargetNotPartialError
+from autocdc.engine.errors import (
+    AutoCdcError,
+    DefinitionChangedError,
+    MaxStalenessUnsupportedError,
+    TargetNotPartialError,
+)
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
 from autocdc.engine.stage import col
@@ -35,7 +40,6 @@ from autocdc.pipelines.declare.registry import (
     QueryFlow,
     Registry,
     SnapshotFlow,
-    respec,
 )
 from autocdc.pipelines.errors import (
     BatchQueryForStreamingTableError,
@@ -54,13 +58,19 @@ _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
 CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
 
 
+Engine = AutoCdcFlow | AutoCdcSnapshotFlow
+
+
 @dataclass
 class Graph:
-    """The datasets in dependency order, each with its flows and the datasets it reads."""
+    """The datasets in dependency order, each with its flows and the datasets it reads;
+    ``engines``: the running flow of each AUTO CDC flow, by flow name, built once per run
+    (:func:`place`)."""
 
     order: list[Dataset]
     flows: dict[str, list[Flow]]
     reads: dict[str, set[str]] = field(default_factory=dict)
+    engines: dict[str, Engine] = field(default_factory=dict)
 
 
 def _last(name: str) -> str:
@@ -116,33 +126,49 @@ def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
     return df
 
 
-def engine_flow(flow: CdcFlow, target: str, read: int = 0) -> AutoCdcFlow:
-    """The engine's flow for ``flow`` into ``target`` (qualified by the run), a new one
-    each time: an engine flow keeps what it read of its tables between batches. Over an
-    extraction source its changes are ordered by ``sequence_by`` and then by the run's
-    ``read`` (:func:`extraction.sequence`; 0 when no read is applied: the definition
-    checks need only its type)."""
-    if flow.extraction is None:
-        return respec(flow.spec, target=target)
-    by = extraction.sequence(flow.spec.sequence_by, read)
-    return respec(flow.spec, target=target, sequence_by=by)
+def place(
+    registry: Registry, flows: dict[str, list[Flow]], qualify: Callable[[str], str]
+) -> dict[str, Engine]:
+    """The running flow of each AUTO CDC flow (by name), built from its definition as this
+    run places it: at its qualified target, with the target's ``cluster_by`` and
+    ``table_properties`` (the engine creates the target with them), declaring the target
+    partial when a flow into it is (the target's state, which they share, must record
+    which columns each upsert set, whichever flow creates it). A flow over an extraction
+    source orders its changes by the read too (:func:`extraction.sequence`; read 0 until
+    a read is applied: the definition checks need only its type)."""
+    engines: dict[str, Engine] = {}
+    for name, into in flows.items():
+        dataset = registry.datasets[name]
+        table: dict[str, Any] = {"target": qualify(name)}
+        if dataset.cluster_by:
+            table["cluster_by"] = list(dataset.cluster_by)
+        if dataset.table_properties:
+            table["table_properties"] = dict(dataset.table_properties)
+        partial = any(f.definition.partial for f in into if isinstance(f, CdcFlow))
+        for flow in into:
+            if isinstance(flow, SnapshotFlow):
+                engines[flow.name] = AutoCdcSnapshotFlow.of(flow.definition, target=table["target"])
+            elif isinstance(flow, CdcFlow):
+                placed = dict(table)
+                if partial:
+                    placed["partial_target"] = True
+                if flow.extraction is not None:
+                    placed["sequence_by"] = extraction.sequence(flow.definition.sequence_by, 0)
+                engines[flow.name] = AutoCdcFlow.of(flow.definition, **placed)
+    return engines
 
 
-def snapshot_flow(flow: SnapshotFlow, target: str) -> AutoCdcSnapshotFlow:
-    return respec(flow.spec, target=target)
-
-
-def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
+def _placeholder(flow: Flow, engine: Engine | None, df: DataFrame) -> DataFrame:
     """What readers of the flow's target see: the query's rows, for a CDC flow the
     selected columns, for a snapshot flow the snapshot's (plus the validity columns of
     type 2, of the sequence's type: a snapshot's version is a bigint)."""
     if isinstance(flow, QueryFlow):
         return df
-    if isinstance(flow, SnapshotFlow):
+    if isinstance(engine, AutoCdcSnapshotFlow):
         out, seq_type = df, LongType()
-        scd_type = flow.spec.stored_as_scd_type
+        scd_type = engine.stored_as_scd_type
     else:
-        engine = engine_flow(flow, flow.target)  # an extraction flow's sequence: the read's
+        assert engine is not None  # an extraction flow's sequence: the read's
         listing = engine.columns_to_update_column
         excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
         keep = engine.column_list or [c for c in df.columns if c not in excepted]
@@ -172,15 +198,14 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 kind=dataset.kind.replace("_", " "),
                 what="Append flows" if isinstance(flow, QueryFlow) else "AUTO CDC flows",
             )
-        if isinstance(flow, CdcFlow) and flow.spec.max_staleness is not None:
+        if isinstance(flow, CdcFlow) and flow.definition.max_staleness is not None:
             _check_staging(flow)
         flows[dataset.name].append(flow)
-    for name, into in flows.items():
+    for into in flows.values():
         _check_alone(into)
         cdc = [f for f in into if isinstance(f, CdcFlow)]
         _check_agree(cdc)
-        if any(f.spec.partial for f in cdc):
-            flows[name] = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
+        _check_partial_staging(cdc)
     return flows
 
 
@@ -201,11 +226,17 @@ def _check_staging(flow: CdcFlow) -> None:
         )
 
 
-def _partial(flow: CdcFlow) -> CdcFlow:
-    """The flow declaring its target partial: one flow of the target has partial upserts,
-    so the target's state, which every flow into it shares, must record which columns
-    each upsert set, whichever flow creates it."""
-    return dataclasses.replace(flow, spec=respec(flow.spec, partial_target=True))
+def _check_partial_staging(flows: list[CdcFlow]) -> None:
+    """A flow with ``max_staleness`` applies its staged batches as one, exact for
+    full-row upserts only: it cannot write into a target another flow updates partially
+    (which makes the target partial, :func:`place`)."""
+    if not any(f.definition.partial for f in flows):
+        return
+    for flow in flows:
+        if flow.definition.max_staleness is not None and not flow.definition.partial:
+            raise MaxStalenessUnsupportedError(
+                flow=flow.definition.flow_name, why="`partial_target` (partial upserts)"
+            )
 
 
 def _check_alone(flows: list[Flow]) -> None:
@@ -222,22 +253,13 @@ def _check_alone(flows: list[Flow]) -> None:
         )
 
 
-# What the flows into one target share through its state table (the source, sequence,
-# delete condition and column selection are each flow's own), and for SCD type 2 which
-# columns open a version (the history is recomputed by whichever flow runs).
-_SHARED = (
-    "keys",
-    "stored_as_scd_type",
-    "track_history_column_list",
-    "track_history_except_column_list",
-    "sequence_groups",
-)
-
-
 def _check_agree(flows: list[CdcFlow]) -> None:
+    """The flows into one target declare alike what they share through its state
+    (:meth:`FlowDefinition.shared`)."""
+    first = flows[0].definition.shared() if flows else {}
     for flow in flows[1:]:
-        for name in _SHARED:
-            value, other = (getattr(f.spec, name) for f in (flow, flows[0]))
+        for name, value in flow.definition.shared().items():
+            other = first[name]
             if value != other:
                 raise FlowsDisagreeError(
                     where=flow.where,
@@ -258,20 +280,27 @@ def _not_found(error: AnalysisException) -> str | None:
 
 
 def build(
-    flow: Flow, dataset: Dataset, spark: SparkSession, target: str, fresh: bool = False
+    flow: Flow,
+    dataset: Dataset,
+    spark: SparkSession,
+    target: str,
+    engine: Engine | None,
+    fresh: bool = False,
 ) -> DataFrame | None:
-    """The DataFrame of one flow (checked by the engine for a CDC or snapshot flow: against
-    its stored tables, or as a new target when ``fresh``); for a snapshot flow, its next
-    snapshot, None when its function has nothing newer."""
+    """The DataFrame of one flow (checked by its running flow ``engine`` for a CDC or
+    snapshot flow: against its stored tables, or as a new target when ``fresh``); for a
+    snapshot flow, its next snapshot, None when its function has nothing newer."""
     if isinstance(flow, SnapshotFlow):
+        assert isinstance(engine, AutoCdcSnapshotFlow)
         if flow.extraction is not None:  # read by the runner: checked with no rows
             df = extraction.frame(spark, flow.extraction)
-            snapshot_flow(flow, target).check(df, fresh)
+            engine.check(df, fresh)
             return df
-        return snapshot_flow(flow, target).peek(spark, flow.source, fresh)
+        return engine.peek(spark, flow.source, fresh)
     if isinstance(flow, CdcFlow):
+        assert isinstance(engine, AutoCdcFlow)
         df = source_frame(spark, flow)
-        engine_flow(flow, target).check(df, fresh)
+        engine.check(df, fresh)
         return df
     df = flow.query()
     if dataset.kind == "streaming_table" and not df.isStreaming:
@@ -288,6 +317,7 @@ def resolve(
     """Check every flow and order the datasets; raise the first problem found. Datasets
     for which ``fresh`` holds are checked as new (a full refresh will drop them)."""
     flows = check_targets(registry)
+    engines = place(registry, flows, qualify)
     names = {_last(n): n for n in registry.datasets}
     waiting = dict(registry.datasets)
     reads: dict[str, set[str]] = {}
@@ -300,10 +330,20 @@ def resolve(
                 try:
                     with recording_reads(spark) as read:
                         built = [
-                            (f, build(f, dataset, spark, qualify(name), fresh(name)))
+                            (
+                                f,
+                                build(
+                                    f,
+                                    dataset,
+                                    spark,
+                                    qualify(name),
+                                    engines.get(f.name),
+                                    fresh(name),
+                                ),
+                            )
                             for f in flows[name]
                         ]
-                        frames = [(f, df) for f, df in built if df is not None]
+                        frames = [(f, engines.get(f.name), df) for f, df in built if df is not None]
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
@@ -347,7 +387,7 @@ def resolve(
         cycle = error.args[1]
         where = registry.datasets[cycle[0]].where
         raise CycleError(cycle=" -> ".join(cycle), where=where) from None
-    return Graph([registry.datasets[n] for n in order], flows, reads)
+    return Graph([registry.datasets[n] for n in order], flows, reads, engines)
 
 
 def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:

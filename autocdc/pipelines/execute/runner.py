@@ -196,9 +196,9 @@ class Runner:
         """Apply what a flow with ``max_staleness`` staged (``due_only``: if it is due),
         logged as a batch: at a triggered run's end, by ``autocdc apply``, and in a
         continuous run when a quiet source leaves staged changes older than allowed."""
-        if not isinstance(flow, CdcFlow) or flow.spec.max_staleness is None:
+        if not isinstance(flow, CdcFlow) or flow.definition.max_staleness is None:
             return None
-        engine = g.engine_flow(flow, target)
+        engine = self._engine(flow)
         metrics = engine.apply_if_due(self.spark) if due_only else engine.apply_staged(self.spark)
         if metrics is not None:
             self._applied(flow.name, target, metrics, None)
@@ -216,7 +216,7 @@ class Runner:
             if dataset.kind == "temporary_view" or (names and dataset.name not in names):
                 continue
             for flow in self.graph.flows[dataset.name]:
-                if isinstance(flow, CdcFlow) and flow.spec.max_staleness is not None:
+                if isinstance(flow, CdcFlow) and flow.definition.max_staleness is not None:
                     staging += 1
                     if self.apply_staged(flow, self.qualify(dataset.name)) is None:
                         say(f"flow {flow.name}: nothing staged")
@@ -315,7 +315,8 @@ class Runner:
             self._applied(flow.name, target, metrics, None)
             interrupt.check()  # a safe point: the snapshot and its version are recorded
 
-        engine = g.snapshot_flow(flow, target)
+        engine = self.graph.engines[flow.name]
+        assert isinstance(engine, AutoCdcSnapshotFlow)
         expected = dataset.name in options.expect_deletes
         if flow.extraction is None:
             engine.run(self.spark, flow.source, applied, expected)
@@ -359,7 +360,7 @@ class Runner:
             say(f"flow {flow.name}: ran once already (a full refresh of {target} runs it again)")
             return None
         with session_conf(self.spark, getattr(flow, "spark_conf", {})):
-            df = g.build(flow, dataset, self.spark, target)
+            df = g.build(flow, dataset, self.spark, target, self.graph.engines.get(flow.name))
             self._started(flow.name, target, df)
             self._follow_a_move(flow.name, dataset.name, checkpoint)
             if isinstance(flow, CdcFlow):
@@ -367,7 +368,7 @@ class Runner:
                     self._extract(flow, dataset, target, options)
                     self._stopped(flow.name, target)
                     return None
-                engine = g.engine_flow(flow, target)
+                engine = self._engine(flow)
                 if not df.isStreaming:  # a batch source: the whole table is one batch
                     self._applied(flow.name, target, self._apply(engine.apply, df), None)
                     if flow.once:
@@ -423,10 +424,17 @@ class Runner:
         options = resolve_options(run.extract, flow.extract_options, source.options)
 
         def apply(df: DataFrame, read: int) -> BatchMetrics:
-            return self._apply(g.engine_flow(flow, target, read).apply, df)
+            by = extraction.sequence(flow.definition.sequence_by, read)
+            return self._apply(AutoCdcFlow.of(self._engine(flow), sequence_by=by).apply, df)
 
         done = step.run(self.spark, options, apply)
         self._applied(flow.name, target, done.result, None, [done.position(source.name)])
+
+    def _engine(self, flow: CdcFlow) -> AutoCdcFlow:
+        """The running flow the graph built for ``flow``."""
+        engine = self.graph.engines[flow.name]
+        assert isinstance(engine, AutoCdcFlow)
+        return engine
 
     def _step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step:
         return extraction.Step(
@@ -469,10 +477,8 @@ class Runner:
         target = self.qualify(dataset.name)
         for flow in self.graph.flows[dataset.name]:
             shutil.rmtree(self.project.checkpoint(flow.name), ignore_errors=True)
-            if isinstance(flow, CdcFlow):
-                g.engine_flow(flow, target).full_refresh(self.spark)
-            elif isinstance(flow, SnapshotFlow):
-                g.snapshot_flow(flow, target).full_refresh(self.spark)
+            if flow.name in self.graph.engines:
+                self.graph.engines[flow.name].full_refresh(self.spark)
         if self.spark.catalog.tableExists(target):
             location = self.spark.sql(f"DESCRIBE DETAIL {target}").first()["location"]
             self.spark.sql(f"DROP TABLE {target}")
