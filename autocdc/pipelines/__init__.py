@@ -302,10 +302,10 @@ def run(
 
     Like ``autocdc run`` it holds the project's run lock (another run of the project, from
     a terminal or another notebook, is refused with ``AUTOCDC_PIPELINE_LOCKED``), and it
-    leaves the session's current database and working folder as it found them."""
-    from autocdc.pipelines import cli
+    leaves the session as it found it: its conf (the SQL files' ``SET`` values hold for
+    the run only), current database and working folders."""
     from autocdc.pipelines.declare import project
-    from autocdc.pipelines.execute import lock, runner
+    from autocdc.pipelines.execute import lock, pipeline, runner
     from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))
@@ -317,12 +317,6 @@ def run(
         extract=extract_options,
         expect_deletes=set(expect_deletes or []),
     )
-    database, folder = spark.catalog.currentDatabase(), cli.working_folder(spark)
     with lock.hold(loaded.storage_path, loaded.name, lock.expiry_seconds(loaded)):
-        try:
-            resolved = cli.resolve(loaded, spark, options)
-            runner.Runner(spark, loaded, resolved).run(options)
-        finally:
-            spark.catalog.setCurrentDatabase(database)
-            cli.work_in(spark, folder)
-    return [d.name for d in resolved.order]
+        ran = pipeline.execute(spark, loaded, options)
+    return ran.datasets

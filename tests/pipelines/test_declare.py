@@ -18,7 +18,7 @@ from autocdc.engine.errors import TrackHistoryWithScd1Error
 from autocdc.engine.snapshot import SnapshotDefinition
 from autocdc.engine.spec import FlowDefinition
 from autocdc.pipelines.declare import registry
-from autocdc.pipelines.execute import graph
+from autocdc.pipelines.execute import graph, kinds
 
 
 @pytest.fixture
@@ -127,9 +127,9 @@ def test_a_definition_is_validated_once(declared, monkeypatch) -> None:
     dp.create_auto_cdc_from_snapshot_flow(target="u", source="snap", keys=["id"])
     dp.create_streaming_table("u")
     assert checks == ["full", "some", "u"]  # the snapshot flow's changes, checked with it
-    engines = graph.place(declared, graph.check_targets(declared), lambda name: f"db.{name}")
+    placed = kinds.place(declared, graph.check_targets(declared), lambda name: f"db.{name}")
     assert checks == ["full", "some", "u"]
-    full, snapshot = engines["full"], engines["u"]
+    full, snapshot = placed["full"].engine, placed["u"].engine
     assert isinstance(full, AutoCdcFlow) and isinstance(snapshot, AutoCdcSnapshotFlow)
     assert (full.target, full.flow_name, full.partial_target) == ("db.t", "full", True)
     assert (full.cluster_by, full.table_properties) == (["id"], {"k": "v"})

@@ -13,7 +13,7 @@ import functools
 import importlib.util
 import os
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -162,6 +162,9 @@ class Registry(GraphElementRegistry):
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
+        # The SQL files' SET values: set while the pipeline resolves and runs, not on the
+        # session when they are read (a run gives the session back as it found it).
+        self.conf: dict[str, str] = {}
         self.datasets: dict[str, Dataset] = {}
         self.flows: dict[str, Flow] = {}
         self.extractions: dict[str, ExtractionSource] = {}
@@ -292,7 +295,7 @@ class Registry(GraphElementRegistry):
     def _register_statement(self, statement: sql.Statement) -> None:
         at = where(statement.location)
         if isinstance(statement, sql.SetConf):
-            self.spark.conf.set(statement.key, statement.value)
+            self.conf[statement.key] = statement.value
         elif isinstance(statement, sql.CreateDataset):
             self.add_dataset(
                 Dataset(
@@ -404,16 +407,6 @@ def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
     return Extraction(name=statement.name, dsn=dsn, table=statement.table, **statement.options)
 
 
-@contextlib.contextmanager
-def _cwd(path: Path) -> Iterator[None]:
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
 def _failure_site(error: BaseException, file: Path) -> str:
     """The deepest line of ``file`` in the error's traceback (where the user's code broke)."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename) == file]
@@ -449,9 +442,11 @@ def _import(path: Path, spark: SparkSession) -> None:
 
 
 def load(project: Project, spark: SparkSession) -> Registry:
-    """Every definition of the project's library files, in file order."""
+    """Every definition of the project's library files, in file order (relative paths in
+    them are the current folder's: :func:`autocdc.pipelines.execute.pipeline.in_project`
+    makes it the project's)."""
     registry = Registry(spark)
-    with _cwd(project.root), graph_element_registration_context(registry):
+    with graph_element_registration_context(registry):
         for path in project.library_files():
             if path.suffix == ".py":
                 _import(path, spark)

@@ -15,14 +15,11 @@ import graphlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
-from pyspark.sql.types import LongType
 
 from autocdc.engine.errors import (
     AutoCdcError,
@@ -30,9 +27,6 @@ from autocdc.engine.errors import (
     MaxStalenessUnsupportedError,
     TargetNotPartialError,
 )
-from autocdc.engine.flow import AutoCdcFlow
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow
-from autocdc.engine.stage import col
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
@@ -42,7 +36,6 @@ from autocdc.pipelines.declare.registry import (
     SnapshotFlow,
 )
 from autocdc.pipelines.errors import (
-    BatchQueryForStreamingTableError,
     CycleError,
     DatasetNotFoundError,
     FlowAnalysisError,
@@ -52,25 +45,25 @@ from autocdc.pipelines.errors import (
     SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.execute import extraction
+from autocdc.pipelines.execute.kinds import Kind, place
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
-CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
-
-
-Engine = AutoCdcFlow | AutoCdcSnapshotFlow
 
 
 @dataclass
 class Graph:
     """The datasets in dependency order, each with its flows and the datasets it reads;
-    ``engines``: the running flow of each AUTO CDC flow, by flow name, built once per run
-    (:func:`place`)."""
+    ``kinds``: what a run does with each flow (by flow name), its running engine built
+    once (:func:`kinds.place`)."""
 
     order: list[Dataset]
     flows: dict[str, list[Flow]]
     reads: dict[str, set[str]] = field(default_factory=dict)
-    engines: dict[str, Engine] = field(default_factory=dict)
+    kinds: dict[str, Kind] = field(default_factory=dict)
+
+    def of(self, dataset: str) -> list[Kind]:
+        """The kinds of the flows into ``dataset``, in declaration order."""
+        return [self.kinds[f.name] for f in self.flows[dataset]]
 
 
 def _last(name: str) -> str:
@@ -110,75 +103,6 @@ def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
     finally:
         for (cls, attr), original in originals.items():
             setattr(cls, attr, original)
-
-
-def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
-    """The change feed of a CDC flow (a once flow's as one batch); a Delta change data
-    feed's pre-images are dropped (each update's post-image carries the change). An
-    extraction source's has its columns and no rows: the runner reads it
-    (:mod:`autocdc.pipelines.execute.extraction`)."""
-    if flow.extraction is not None:
-        return extraction.frame(spark, flow.extraction)
-    reader = spark.readStream if flow.streaming and not flow.once else spark.read
-    df = reader.table(flow.source)
-    if CHANGE_TYPE in df.columns:
-        df = df.where(F.col(CHANGE_TYPE) != "update_preimage")
-    return df
-
-
-def place(
-    registry: Registry, flows: dict[str, list[Flow]], qualify: Callable[[str], str]
-) -> dict[str, Engine]:
-    """The running flow of each AUTO CDC flow (by name), built from its definition as this
-    run places it: at its qualified target, with the target's ``cluster_by`` and
-    ``table_properties`` (the engine creates the target with them), declaring the target
-    partial when a flow into it is (the target's state, which they share, must record
-    which columns each upsert set, whichever flow creates it). A flow over an extraction
-    source orders its changes by the read too (:func:`extraction.sequence`; read 0 until
-    a read is applied: the definition checks need only its type)."""
-    engines: dict[str, Engine] = {}
-    for name, into in flows.items():
-        dataset = registry.datasets[name]
-        table: dict[str, Any] = {"target": qualify(name)}
-        if dataset.cluster_by:
-            table["cluster_by"] = list(dataset.cluster_by)
-        if dataset.table_properties:
-            table["table_properties"] = dict(dataset.table_properties)
-        partial = any(f.definition.partial for f in into if isinstance(f, CdcFlow))
-        for flow in into:
-            if isinstance(flow, SnapshotFlow):
-                engines[flow.name] = AutoCdcSnapshotFlow.of(flow.definition, target=table["target"])
-            elif isinstance(flow, CdcFlow):
-                placed = dict(table)
-                if partial:
-                    placed["partial_target"] = True
-                if flow.extraction is not None:
-                    placed["sequence_by"] = extraction.sequence(flow.definition.sequence_by, 0)
-                engines[flow.name] = AutoCdcFlow.of(flow.definition, **placed)
-    return engines
-
-
-def _placeholder(flow: Flow, engine: Engine | None, df: DataFrame) -> DataFrame:
-    """What readers of the flow's target see: the query's rows, for a CDC flow the
-    selected columns, for a snapshot flow the snapshot's (plus the validity columns of
-    type 2, of the sequence's type: a snapshot's version is a bigint)."""
-    if isinstance(flow, QueryFlow):
-        return df
-    if isinstance(engine, AutoCdcSnapshotFlow):
-        out, seq_type = df, LongType()
-        scd_type = engine.stored_as_scd_type
-    else:
-        assert engine is not None  # an extraction flow's sequence: the read's
-        listing = engine.columns_to_update_column
-        excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
-        keep = engine.column_list or [c for c in df.columns if c not in excepted]
-        out = df.select(*[col(c) for c in keep])
-        scd_type = engine.stored_as_scd_type
-        seq_type = df.select(engine.sequence_column()).schema[0].dataType
-    if scd_type == 2:
-        validity = [F.lit(None).cast(seq_type).alias(c) for c in ("__START_AT", "__END_AT")]
-        out = out.select("*", *validity)
-    return out
 
 
 def check_targets(registry: Registry) -> dict[str, list[Flow]]:
@@ -279,35 +203,6 @@ def _not_found(error: AnalysisException) -> str | None:
     return _last(error.getMessageParameters().get("relationName", ""))
 
 
-def build(
-    flow: Flow,
-    dataset: Dataset,
-    spark: SparkSession,
-    target: str,
-    engine: Engine | None,
-    fresh: bool = False,
-) -> DataFrame | None:
-    """The DataFrame of one flow (checked by its running flow ``engine`` for a CDC or
-    snapshot flow: against its stored tables, or as a new target when ``fresh``); for a
-    snapshot flow, its next snapshot, None when its function has nothing newer."""
-    if isinstance(flow, SnapshotFlow):
-        assert isinstance(engine, AutoCdcSnapshotFlow)
-        if flow.extraction is not None:  # read by the runner: checked with no rows
-            df = extraction.frame(spark, flow.extraction)
-            engine.check(df, fresh)
-            return df
-        return engine.peek(spark, flow.source, fresh)
-    if isinstance(flow, CdcFlow):
-        assert isinstance(engine, AutoCdcFlow)
-        df = source_frame(spark, flow)
-        engine.check(df, fresh)
-        return df
-    df = flow.query()
-    if dataset.kind == "streaming_table" and not df.isStreaming:
-        raise BatchQueryForStreamingTableError(where=flow.where, flow=flow.name, target=target)
-    return df
-
-
 def resolve(
     registry: Registry,
     spark: SparkSession,
@@ -317,7 +212,7 @@ def resolve(
     """Check every flow and order the datasets; raise the first problem found. Datasets
     for which ``fresh`` holds are checked as new (a full refresh will drop them)."""
     flows = check_targets(registry)
-    engines = place(registry, flows, qualify)
+    kinds = place(registry, flows, qualify)
     names = {_last(n): n for n in registry.datasets}
     waiting = dict(registry.datasets)
     reads: dict[str, set[str]] = {}
@@ -326,24 +221,11 @@ def resolve(
     try:
         while waiting:
             progress = False
-            for name, dataset in list(waiting.items()):
+            for name in list(waiting):
                 try:
                     with recording_reads(spark) as read:
-                        built = [
-                            (
-                                f,
-                                build(
-                                    f,
-                                    dataset,
-                                    spark,
-                                    qualify(name),
-                                    engines.get(f.name),
-                                    fresh(name),
-                                ),
-                            )
-                            for f in flows[name]
-                        ]
-                        frames = [(f, engines.get(f.name), df) for f, df in built if df is not None]
+                        built = [(kinds[f.name], fresh(name)) for f in flows[name]]
+                        frames = [(k, k.build(spark, new)) for k, new in built]
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
@@ -362,7 +244,7 @@ def resolve(
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
-                    cdc = [f for f in flows[name] if not isinstance(f, QueryFlow)]
+                    cdc = [f for f in flows[name] if kinds[f.name].applies_changes]
                     current = (cdc or flows[name])[0]
                     raise FlowAnalysisError(
                         where=current.where,
@@ -370,8 +252,9 @@ def resolve(
                         problem=str(_in_pipeline(error, name)),
                     ) from error
                 reads[name] = {names[r] for r in read if r in names and names[r] != name}
-                if frames and "." not in name:
-                    _placeholder(*frames[0]).createOrReplaceTempView(name)
+                if any(df is not None for _, df in frames) and "." not in name:
+                    kind, df = next((k, df) for k, df in frames if df is not None)
+                    kind.placeholder(df).createOrReplaceTempView(name)
                     placeholders.append(name)
                 del waiting[name]
                 blocked.pop(name, None)
@@ -387,7 +270,7 @@ def resolve(
         cycle = error.args[1]
         where = registry.datasets[cycle[0]].where
         raise CycleError(cycle=" -> ".join(cycle), where=where) from None
-    return Graph([registry.datasets[n] for n in order], flows, reads, engines)
+    return Graph([registry.datasets[n] for n in order], flows, reads, kinds)
 
 
 def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:
