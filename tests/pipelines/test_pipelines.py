@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorErr
 from autocdc.engine.logs import log_file
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
-from autocdc.pipelines.execute import graph, kinds, lock, pipeline, runner
+from autocdc.pipelines.execute import graph, interrupt, kinds, lock, pipeline, runner
 from autocdc.pipelines.operations import overview
 from autocdc.sources.errors import TableNotFoundError
 
@@ -654,6 +655,25 @@ def test_declaring_and_running_leave_the_session_as_they_found_it(
         assert cli.main([*command, "--spec", str(spec)]) == 0, command
         _same_session(spark, before)
     assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A)
+
+
+def test_the_run_outline_owns_ctrl_c_and_gives_the_handler_back(spark, tmp_path, database):
+    """Inside the outline Ctrl-C is noted (its work stopped, the run ended at a safe point),
+    not pyspark's handler's (which cancels jobs from inside whatever py4j call the main
+    thread is in); the handler from before is back after, in a notebook's dp.run too."""
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1})
+    drop(tmp_path, "1", A)
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+    pipeline.execute(
+        spark,
+        project.load(spec),
+        runner.Options(),
+        "dry-run",
+        on_resolved=lambda _: seen.append(signal.getsignal(signal.SIGINT)),
+    )
+    assert seen == [interrupt._noted]
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_dp_run_holds_the_run_lock_and_gives_the_session_back(spark, tmp_path, new_table):
