@@ -18,7 +18,7 @@ from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, Struct
 from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
 from autocdc.engine.commit import Stored, Tables, holds_no_files
-from autocdc.engine.spec import FlowSpec
+from autocdc.engine.spec import FlowDefinition
 from autocdc.engine.stage import StagedBatch, col
 
 _INTEGERS = (ByteType, ShortType, IntegerType, LongType)
@@ -43,7 +43,7 @@ class Counts:
 @dataclass(frozen=True)
 class Batch:
     spark: SparkSession
-    spec: FlowSpec
+    spec: FlowDefinition
     names: Tables
     layout: st.Layout
     tracked: list[str]  # SCD type 2: value columns whose change opens a version

@@ -33,7 +33,7 @@ from autocdc.engine.sequences import HEX_SECTIONS, hex_sequence
 from autocdc.engine.tables import ident
 
 if TYPE_CHECKING:
-    from autocdc.engine.spec import FlowSpec
+    from autocdc.engine.spec import FlowDefinition
 
 CHANGE_TYPE = "_CHANGE_TYPE"
 # A source's mark on a row that carries no change (a Kafka tombstone): when a batch has
@@ -45,7 +45,7 @@ PSEUDO_COLUMNS = (CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER)
 UPSERT, DELETE, TRUNCATE = "UPSERT", "DELETE", "TRUNCATE"
 
 
-def is_auto(spec: FlowSpec) -> bool:
+def is_auto(spec: FlowDefinition) -> bool:
     return spec.sequence_by is None
 
 
@@ -64,7 +64,7 @@ def sequence() -> Column:
     return hex_sequence(F.col(ident(CHANGE_SEQUENCE_NUMBER)))
 
 
-def reads_change_type(spec: FlowSpec, columns: Collection[str]) -> bool:
+def reads_change_type(spec: FlowDefinition, columns: Collection[str]) -> bool:
     """Whether the rows' operations come from ``_CHANGE_TYPE`` (explicit options win)."""
     return (
         is_auto(spec)
@@ -86,7 +86,7 @@ def is_truncate() -> Column:
     return F.coalesce(_change_type() == TRUNCATE, F.lit(False))
 
 
-def checks(spec: FlowSpec, columns: Collection[str]) -> list[tuple[Column, str]]:
+def checks(spec: FlowDefinition, columns: Collection[str]) -> list[tuple[Column, str]]:
     """Quarantine conditions of the auto mode, on the source columns, in order.
 
     A malformed sequence would otherwise read as NULL (the NULL-sequence reason stays for

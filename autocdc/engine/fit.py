@@ -44,7 +44,7 @@ from autocdc.engine.errors import (
     TargetNotPartialError,
     UnknownColumnError,
 )
-from autocdc.engine.spec import FlowSpec
+from autocdc.engine.spec import FlowDefinition
 from autocdc.engine.stage import col, corrupt_column, sequence_type
 
 _INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
@@ -89,7 +89,7 @@ class Fit:
     sets: list[Column]  # partial target: per value column, whether an upsert sets it
 
 
-def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
+def definition(spec: FlowDefinition, sequence: DataType) -> dict[str, str]:
     """What the stored state depends on, kept as properties of the state table."""
     declared = {
         st.PROP_KEYS: json.dumps(list(spec.keys)),
@@ -106,20 +106,20 @@ def definition(spec: FlowSpec, sequence: DataType) -> dict[str, str]:
     return declared
 
 
-def _tracks_all(spec: FlowSpec) -> bool:
+def _tracks_all(spec: FlowDefinition) -> bool:
     """Whether a change of any value column, columns added later too, opens a version: on
     a target that is not partial, its SCD type 2 log can then keep hashes of the values
     instead of the values (see :mod:`autocdc.engine.scd2`)."""
     return spec.track_history_column_list is None and not spec.track_history_except_column_list
 
 
-def groups_text(spec: FlowSpec) -> str:
+def groups_text(spec: FlowDefinition) -> str:
     """The flow's sequence groups as the state table stores them (order-free)."""
     groups = spec.sequence_groups or {}
     return json.dumps({g: list(groups[g]) for g in sorted(groups)})
 
 
-def _check_groups(spec: FlowSpec, had: dict[str, str]) -> None:
+def _check_groups(spec: FlowDefinition, had: dict[str, str]) -> None:
     """Every flow into a target with sequence groups declares the same groups (and a
     target without them takes no flow that declares some)."""
     stored = had.get(st.PROP_GROUPS)
@@ -133,7 +133,7 @@ def _check_groups(spec: FlowSpec, had: dict[str, str]) -> None:
 
 
 def _group_types(
-    spec: FlowSpec, sequence: DataType, stored: StructType | None
+    spec: FlowDefinition, sequence: DataType, stored: StructType | None
 ) -> tuple[tuple[str, DataType], ...]:
     """Each group's clock type: the stored one (the type of its state columns), and the
     batch's for the flow's own group, which must agree with the stored one."""
@@ -156,7 +156,7 @@ def _group_types(
     return tuple(sorted(types.items()))
 
 
-def _why_partial(spec: FlowSpec) -> str:
+def _why_partial(spec: FlowDefinition) -> str:
     """The option that makes a flow's upserts partial, for the refusal's message."""
     for field in (
         "sequence_group",
@@ -170,7 +170,7 @@ def _why_partial(spec: FlowSpec) -> str:
     return "partial_target"
 
 
-def tie_order(spec: FlowSpec, values: list[str]) -> list[str]:
+def tie_order(spec: FlowDefinition, values: list[str]) -> list[str]:
     """The order ties compare value columns in: ``column_list``'s, else by name."""
     if spec.column_list is not None:
         return [c for c in spec.column_list if c in values]
@@ -178,7 +178,7 @@ def tie_order(spec: FlowSpec, values: list[str]) -> list[str]:
 
 
 def fit(
-    spark: SparkSession, spec: FlowSpec, df: DataFrame, state_table: str, fresh: bool = False
+    spark: SparkSession, spec: FlowDefinition, df: DataFrame, state_table: str, fresh: bool = False
 ) -> Fit:
     """Check the batch against the spec and the stored tables (or, ``fresh``, as for a new
     target); raise before any write."""
@@ -300,7 +300,7 @@ def fit(
     )
 
 
-def _grouping(spec: FlowSpec, sequence: DataType, stored: StructType | None) -> dict:
+def _grouping(spec: FlowDefinition, sequence: DataType, stored: StructType | None) -> dict:
     """The Layout fields of a target with sequence groups (none without)."""
     if spec.sequence_groups is None:
         return {}
@@ -340,7 +340,7 @@ def _evolve(
     return keys, values, changes
 
 
-def stored_layout(spark: SparkSession, spec: FlowSpec, state_table: str) -> st.Layout:
+def stored_layout(spark: SparkSession, spec: FlowDefinition, state_table: str) -> st.Layout:
     """The layout of a flow's existing tables (for maintenance, without a batch)."""
     had = st.stored_definition(spark, state_table)
     keys = st.stored_keys(had)

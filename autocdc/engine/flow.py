@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import replace
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pydantic import PrivateAttr
@@ -39,7 +40,7 @@ from autocdc.engine.errors import ConcurrentWriteError, MaxStalenessUnsupportedE
 from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
-from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowSpec
+from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowDefinition
 from autocdc.engine.stage import DELETE, OP, REASON, TRUNCATE, col
 
 GC_INTERVAL_SECONDS = 3600.0
@@ -54,8 +55,9 @@ def _wait_after_losing(since: float) -> None:
     time.sleep(random.uniform(0.5, 1.5) * (time.perf_counter() - since))
 
 
-class AutoCdcFlow(FlowSpec):
-    """A declared Auto CDC flow; ``apply`` one micro-batch at a time.
+class AutoCdcFlow(FlowDefinition):
+    """A running Auto CDC flow: its definition plus what it learnt of its tables between
+    batches; ``apply`` one micro-batch at a time.
 
     >>> flow = AutoCdcFlow(target="customers", keys=["id"], sequence_by="seq",
     ...                    apply_as_deletes="op = 'D'", except_column_list=["op", "seq"])
@@ -75,6 +77,17 @@ class AutoCdcFlow(FlowSpec):
     _deferred: tuple[st.Layout, st.Meta] | None = PrivateAttr(default=None)
     # What this flow last knew to be staged, and at which version of the staging table.
     _known: staged.Known | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(cls, definition: FlowDefinition, **placed: Any) -> AutoCdcFlow:
+        """The running flow of ``definition`` (validated when it was declared, not again),
+        with what a run decides for it (``placed``: its qualified ``target``, the
+        target's ``cluster_by``, ``table_properties`` and ``partial_target``, an
+        extraction read's ``sequence_by``), knowing nothing of its tables yet."""
+        fields = {name: getattr(definition, name) for name in FlowDefinition.model_fields}
+        return cls.model_construct(
+            _fields_set=definition.model_fields_set | set(placed), **{**fields, **placed}
+        )
 
     @property
     def state_table(self) -> str:

@@ -34,7 +34,7 @@ from functools import reduce
 from typing import Any, Literal
 
 from delta.tables import DeltaTable
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -50,7 +50,7 @@ from autocdc.engine.errors import (
 )
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.spec import scd_type_from_str
+from autocdc.engine.spec import FlowDefinition, scd_type_from_str
 from autocdc.engine.stage import col
 from autocdc.engine.state import comparable
 
@@ -126,15 +126,13 @@ def _delta_version(spark: SparkSession, name: str) -> int | None:
     return int(table.history(1).first()["version"])
 
 
-class AutoCdcSnapshotFlow(BaseModel):
-    """A declared snapshot flow: ``apply`` one snapshot at its version, or ``run`` a
-    source (a table or view, or a ``next_snapshot(latest_version)`` function).
+class SnapshotDefinition(BaseModel):
+    """A snapshot flow as its user declares it: immutable, validated once, on construction
+    (the flow of its changes included: keys, track-history lists), holding no runtime
+    state. Parameter names follow Databricks' ``create_auto_cdc_from_snapshot_flow``.
 
-    Parameter names follow Databricks' ``create_auto_cdc_from_snapshot_flow``.
-
-    >>> flow = AutoCdcSnapshotFlow(target="customers", keys=["id"], stored_as_scd_type=2)
-    >>> flow.flow_name
-    'customers'
+    >>> SnapshotDefinition(target="customers", keys=["id"], stored_as_scd_type="2")
+    SnapshotDefinition(target='customers', keys=['id'], stored_as_scd_type=2, ...)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -150,31 +148,58 @@ class AutoCdcSnapshotFlow(BaseModel):
     # a source whose rows were all deleted. None: no guard.
     max_delete_fraction: float | None = Field(default=DEFAULT_MAX_DELETE_FRACTION, ge=0, le=1)
 
-    # The flow that applies each snapshot's changes (built from the fields above, which it
-    # checks: keys, track-history lists).
-    _changes: AutoCdcFlow = PrivateAttr()
-
     @field_validator("stored_as_scd_type", mode="before")
     @classmethod
     def _scd_type_from_str(cls, value: object) -> object:
         return scd_type_from_str(value)
 
-    def model_post_init(self, context: Any) -> None:
-        self._changes = AutoCdcFlow(
-            target=self.target,
-            keys=self.keys,
-            sequence_by=VERSION,
-            apply_as_deletes=tables.ident(DELETED),
-            except_column_list=[VERSION, DELETED],
-            stored_as_scd_type=self.stored_as_scd_type,
-            track_history_column_list=self.track_history_column_list,
-            track_history_except_column_list=self.track_history_except_column_list,
-            name=self.name,
-        )
+    @model_validator(mode="after")
+    def _check(self) -> SnapshotDefinition:
+        FlowDefinition(**self._changes_fields())  # raises what the flow of its changes would
+        return self
+
+    def _changes_fields(self) -> dict[str, Any]:
+        """The definition of the flow that applies each snapshot's changes."""
+        return {
+            "target": self.target,
+            "keys": self.keys,
+            "sequence_by": VERSION,
+            "apply_as_deletes": tables.ident(DELETED),
+            "except_column_list": [VERSION, DELETED],
+            "stored_as_scd_type": self.stored_as_scd_type,
+            "track_history_column_list": self.track_history_column_list,
+            "track_history_except_column_list": self.track_history_except_column_list,
+            "name": self.name,
+        }
 
     @property
     def flow_name(self) -> str:
         return self.name or self.target
+
+
+class AutoCdcSnapshotFlow(SnapshotDefinition):
+    """A running snapshot flow: ``apply`` one snapshot at its version, or ``run`` a source
+    (a table or view, or a ``next_snapshot(latest_version)`` function).
+
+    >>> flow = AutoCdcSnapshotFlow(target="customers", keys=["id"], stored_as_scd_type=2)
+    >>> flow.flow_name
+    'customers'
+    """
+
+    # The flow that applies each snapshot's changes (its definition checked with this one's).
+    _changes: AutoCdcFlow = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        self._changes = AutoCdcFlow.model_construct(**self._changes_fields())
+
+    @classmethod
+    def of(cls, definition: SnapshotDefinition, **placed: Any) -> AutoCdcSnapshotFlow:
+        """The running flow of ``definition`` (validated when it was declared, not again),
+        with what a run decides for it (``placed``: its qualified ``target``)."""
+        fields = {name: getattr(definition, name) for name in SnapshotDefinition.model_fields}
+        return cls.model_construct(
+            _fields_set=definition.model_fields_set | set(placed), **{**fields, **placed}
+        )
 
     def last_version(self, spark: SparkSession) -> int | None:
         """The last snapshot version processed (None: none yet, or since a full refresh)."""

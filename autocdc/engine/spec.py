@@ -2,7 +2,7 @@
 
 Parameter names follow ``pyspark.pipelines.create_auto_cdc_flow`` and Databricks AUTO
 CDC, so code moves over unchanged. Checks that need the change feed's schema (unknown
-columns, the sequence's type) run in :func:`FlowSpec.resolve`, before any data is read.
+columns, the sequence's type) run in :func:`FlowDefinition.resolve`, before any data is read.
 With no ``sequence_by`` the feed's own change columns drive the flow (see
 :mod:`autocdc.engine.change_rows`).
 """
@@ -154,8 +154,15 @@ class ResolvedColumns:
     tracked: list[str]  # SCD type 2: columns whose change opens a new version
 
 
-class FlowSpec(BaseModel):
-    """What a flow does; immutable, validated on construction."""
+class FlowDefinition(BaseModel):
+    """What a flow does, as its user declares it: immutable, validated once, on
+    construction, and holding no runtime state. The running flow
+    (:class:`~autocdc.engine.flow.AutoCdcFlow`) is built from it by
+    :meth:`AutoCdcFlow.of <autocdc.engine.flow.AutoCdcFlow.of>`.
+
+    >>> FlowDefinition(target="customers", keys="id", sequence_by="seq").keys
+    ['id']
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
@@ -269,7 +276,7 @@ class FlowSpec(BaseModel):
         return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _check(self) -> FlowSpec:
+    def _check(self) -> FlowDefinition:
         if not self.keys or any(not k for k in self.keys):
             raise EmptyKeysError()
         if not 0 <= self.tombstone_retention_days <= MAX_RETENTION_DAYS:
@@ -434,6 +441,19 @@ class FlowSpec(BaseModel):
     @property
     def flow_name(self) -> str:
         return self.name or self.target
+
+    def shared(self) -> dict[str, object]:
+        """What the flows into one target share through its state table, which each of
+        them must declare alike (the source, sequence, delete condition and column
+        selection are each flow's own); for SCD type 2, which columns open a version (the
+        history is recomputed by whichever flow runs)."""
+        return {
+            "keys": self.keys,
+            "stored_as_scd_type": self.stored_as_scd_type,
+            "track_history_column_list": self.track_history_column_list,
+            "track_history_except_column_list": self.track_history_except_column_list,
+            "sequence_groups": self.sequence_groups,
+        }
 
     @property
     def pseudo_columns(self) -> tuple[str, ...]:

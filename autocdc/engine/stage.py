@@ -22,7 +22,7 @@ from autocdc.engine.errors import (
     QUARANTINE_NULL_SEQUENCE,
     NondeterministicExpressionError,
 )
-from autocdc.engine.spec import FlowSpec, to_column
+from autocdc.engine.spec import FlowDefinition, to_column
 from autocdc.engine.tables import ident
 
 SEQ = "__autocdc_seq"
@@ -70,7 +70,7 @@ class StagedBatch:
     source_columns: list[str]
 
 
-def sequence(df: DataFrame, spec: FlowSpec) -> Column:
+def sequence(df: DataFrame, spec: FlowDefinition) -> Column:
     """The flow's sequence over ``df``; with no ``sequence_by``, ``df`` must carry
     a string ``_CHANGE_SEQUENCE_NUMBER`` (a clear error here, not an unresolved column)."""
     if change_rows.is_auto(spec):
@@ -78,11 +78,11 @@ def sequence(df: DataFrame, spec: FlowSpec) -> Column:
     return spec.sequence_column()
 
 
-def sequence_type(df: DataFrame, spec: FlowSpec) -> DataType:
+def sequence_type(df: DataFrame, spec: FlowDefinition) -> DataType:
     return df.select(sequence(df, spec).alias(SEQ)).schema[SEQ].dataType
 
 
-def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
+def check_deterministic(df: DataFrame, spec: FlowDefinition) -> None:
     """Refuse a sequence or operation expression that a replay could evaluate differently."""
     exprs = {"sequence_by": sequence(df, spec)}
     for field in ("apply_as_deletes", "apply_as_truncates"):
@@ -97,7 +97,7 @@ def check_deterministic(df: DataFrame, spec: FlowSpec) -> None:
             raise NondeterministicExpressionError(field=field, expression=projected.sql())
 
 
-def operation(df: DataFrame, spec: FlowSpec) -> Column:
+def operation(df: DataFrame, spec: FlowDefinition) -> Column:
     """Each row's operation: from ``apply_as_*``, else (no ``sequence_by``) from the feed's
     ``_CHANGE_TYPE``, else an upsert."""
 
@@ -113,7 +113,9 @@ def operation(df: DataFrame, spec: FlowSpec) -> Column:
     return F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
 
 
-def stage(df: DataFrame, spec: FlowSpec, keys: list[str], source_columns: list[str]) -> StagedBatch:
+def stage(
+    df: DataFrame, spec: FlowDefinition, keys: list[str], source_columns: list[str]
+) -> StagedBatch:
     """Tag operations and sequence; leave out the rows a source marked as no change
     (:data:`change_rows.NO_CHANGE`); route malformed rows (corrupt-record column set), then
     (with no ``sequence_by``) rows whose change columns cannot be read, then rows with a

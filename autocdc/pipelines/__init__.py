@@ -1,7 +1,8 @@
 """Declarative pipelines on Delta: ``from autocdc import pipelines as dp``.
 
 The same functions as ``pyspark.pipelines`` (the decorators are pyspark's own), with a
-``create_auto_cdc_flow`` that takes every ``autocdc.AutoCdcFlow`` parameter: SCD type 2,
+``create_auto_cdc_flow`` that takes pyspark's parameters and, keyword-only, every other
+``autocdc.AutoCdcFlow`` parameter: SCD type 2,
 truncates, ``ignore_null_updates`` and partial upserts (``columns_to_update``),
 track-history lists, retention, horizon policy, ``once`` flows (backfills);
 ``create_extraction_source``, a source that queries a database table incrementally; and
@@ -11,8 +12,9 @@ by ``autocdc run`` may mix both imports.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.pipelines.api import (
     append_flow,
@@ -23,14 +25,14 @@ from pyspark.pipelines.api import (
 )
 from pyspark.pipelines.graph_element_registry import get_active_graph_element_registry
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 
-from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.snapshot import (
     DEFAULT_MAX_DELETE_FRACTION,
-    AutoCdcSnapshotFlow,
     NextSnapshot,
+    SnapshotDefinition,
 )
+from autocdc.engine.spec import FlowDefinition
 from autocdc.sources.extract import Batch as ExtractionBatch
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
@@ -51,19 +53,43 @@ __all__ = [
 
 
 def create_auto_cdc_flow(
-    *,
     target: str,
     source: str,
+    keys: list[str],
+    sequence_by: str | list[str] | Column | None = None,
+    apply_as_deletes: str | Column | None = None,
+    column_list: list[str] | None = None,
+    except_column_list: list[str] | None = None,
+    stored_as_scd_type: Literal[1, 2, "1", "2"] | None = None,
     name: str | None = None,
+    *,
     once: bool = False,
     extract_options: ExtractionOptions | None = None,
-    **options: Any,
+    apply_as_truncates: str | Column | None = None,
+    ignore_null_updates: bool = False,
+    ignore_null_updates_column_list: list[str] | None = None,
+    ignore_null_updates_except_column_list: list[str] | None = None,
+    columns_to_update: list[str] | str | None = None,
+    partial_target: bool = False,
+    sequence_groups: dict[str, list[str]] | None = None,
+    sequence_group: str | None = None,
+    track_history_column_list: list[str] | None = None,
+    track_history_except_column_list: list[str] | None = None,
+    tombstone_retention_days: float = 7.0,
+    late_beyond_horizon: Literal["quarantine", "apply"] = "quarantine",
+    cluster_by: list[str] | None = None,
+    table_properties: dict[str, str] | None = None,
+    max_staleness: timedelta | float | str | None = None,
+    max_staged_rows: int | None = None,
 ) -> None:
     """Apply the change feed ``source`` (a dataset or table, read as a stream unless
     ``once``; or an extraction source, read once per run) to the streaming table
-    ``target``; ``options`` are ``AutoCdcFlow``'s (``columns_to_update`` and the
-    ignore-null lists for partial upserts included). ``extract_options`` replace the
-    extraction source's own options for this flow (a run's replace both).
+    ``target``. The parameters up to ``name`` are pyspark's, in its order (so its calls
+    move over unchanged; ``sequence_by`` may be left out: the feed's BigQuery-style change
+    columns order it); the keyword-only ones are autocdc's, as ``autocdc.AutoCdcFlow``
+    documents them (``columns_to_update`` and the ignore-null lists for partial upserts
+    included). ``extract_options`` replace the extraction source's own options for this
+    flow (a run's replace both).
 
     ``once``: a backfill. ``source`` is read as one batch by the pipeline's first run, and
     again only after a full refresh of ``target``; a streaming flow into the same target
@@ -73,14 +99,39 @@ def create_auto_cdc_flow(
 
     location = get_caller_source_code_location(stacklevel=1)
     name = name or target  # the flow's name, kept when the run qualifies the target
-    spec = AutoCdcFlow(target=target, name=name, **options)  # raises on a bad declaration
+    definition = FlowDefinition(  # raises on a bad declaration
+        target=target,
+        name=name,
+        keys=keys,
+        sequence_by=sequence_by,
+        apply_as_deletes=apply_as_deletes,
+        apply_as_truncates=apply_as_truncates,
+        column_list=column_list,
+        except_column_list=except_column_list,
+        stored_as_scd_type=1 if stored_as_scd_type is None else stored_as_scd_type,
+        ignore_null_updates=ignore_null_updates,
+        ignore_null_updates_column_list=ignore_null_updates_column_list,
+        ignore_null_updates_except_column_list=ignore_null_updates_except_column_list,
+        columns_to_update=columns_to_update,
+        partial_target=partial_target,
+        sequence_groups=sequence_groups,
+        sequence_group=sequence_group,
+        track_history_column_list=track_history_column_list,
+        track_history_except_column_list=track_history_except_column_list,
+        tombstone_retention_days=tombstone_retention_days,
+        late_beyond_horizon=late_beyond_horizon,
+        cluster_by=cluster_by,
+        table_properties=table_properties,
+        max_staleness=max_staleness,
+        max_staged_rows=max_staged_rows,
+    )
     get_active_graph_element_registry().register_auto_cdc_flow(
         CdcFlow(
             name=name,
             target=target,
             source=source,
             where=where(location),
-            spec=spec,
+            definition=definition,
             streaming=not once,
             once=once,
             extract_options=extract_options,
@@ -186,20 +237,21 @@ def create_debezium_source(
 
 
 def create_auto_cdc_from_snapshot_flow(
-    *,
     target: str,
     source: str | NextSnapshot,
     keys: list[str],
-    stored_as_scd_type: int | str = 1,
+    stored_as_scd_type: Literal[1, 2, "1", "2"] = 1,
     track_history_column_list: list[str] | None = None,
     track_history_except_column_list: list[str] | None = None,
     name: str | None = None,
+    *,
     max_delete_fraction: float | None = DEFAULT_MAX_DELETE_FRACTION,
 ) -> None:
     """Make the streaming table ``target`` follow full snapshots of ``source`` (AUTO CDC
     FROM SNAPSHOT): each run diffs the next snapshot against the target, so a new key is
     inserted, a changed row updated (a new version for SCD type 2) and a missing key
-    deleted, at the snapshot's version.
+    deleted, at the snapshot's version. The parameters up to ``name`` are Databricks', in
+    its order; ``max_delete_fraction`` is autocdc's.
 
     ``source`` is a table or view, read whole each run (its version: the Delta table's,
     else one more than the last), or a function ``next_snapshot(latest_version)`` that
@@ -211,23 +263,23 @@ def create_auto_cdc_from_snapshot_flow(
     from autocdc.pipelines.declare.registry import SnapshotFlow, where
 
     location = get_caller_source_code_location(stacklevel=1)
-    options = {
-        "keys": keys,
-        "stored_as_scd_type": stored_as_scd_type,
-        "track_history_column_list": track_history_column_list,
-        "track_history_except_column_list": track_history_except_column_list,
-    }
-    options = {k: v for k, v in options.items() if v is not None}
-    options["max_delete_fraction"] = max_delete_fraction  # None here turns the guard off
     name = name or target  # the flow's name, kept when the run qualifies the target
-    spec = AutoCdcSnapshotFlow(target=target, name=name, **options)  # raises if bad
+    definition = SnapshotDefinition(  # raises on a bad declaration
+        target=target,
+        name=name,
+        keys=keys,
+        stored_as_scd_type=stored_as_scd_type,
+        track_history_column_list=track_history_column_list,
+        track_history_except_column_list=track_history_except_column_list,
+        max_delete_fraction=max_delete_fraction,
+    )
     get_active_graph_element_registry().register_auto_cdc_flow(
         SnapshotFlow(
             name=name,
             target=target,
             source=source,
             where=where(location),
-            spec=spec,
+            definition=definition,
         )
     )
 
@@ -253,10 +305,10 @@ def run(
 
     Like ``autocdc run`` it holds the project's run lock (another run of the project, from
     a terminal or another notebook, is refused with ``AUTOCDC_PIPELINE_LOCKED``), and it
-    leaves the session's current database and working folder as it found them."""
-    from autocdc.pipelines import cli
+    leaves the session as it found it: its conf (the SQL files' ``SET`` values hold for
+    the run only), current database and working folders."""
     from autocdc.pipelines.declare import project
-    from autocdc.pipelines.execute import lock, replay, runner
+    from autocdc.pipelines.execute import lock, pipeline, replay, runner
     from autocdc.sources import spark_session
 
     loaded = project.load(Path(spec))
@@ -269,12 +321,6 @@ def run(
         expect_deletes=set(expect_deletes or []),
         replay_from=None if replay_from is None else replay.parse(replay_from),
     )
-    database, folder = spark.catalog.currentDatabase(), cli.working_folder(spark)
     with lock.hold(loaded.storage_path, loaded.name, lock.expiry_seconds(loaded)):
-        try:
-            resolved = cli.resolve(loaded, spark, options)
-            runner.Runner(spark, loaded, resolved).run(options)
-        finally:
-            spark.catalog.setCurrentDatabase(database)
-            cli.work_in(spark, folder)
-    return [d.name for d in resolved.order]
+        ran = pipeline.execute(spark, loaded, options)
+    return ran.datasets

@@ -18,17 +18,16 @@ import threading
 import traceback
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pydantic import ValidationError
-from pyspark.sql import SparkSession
 from rich.console import Console
 
 from autocdc.engine.errors import AutoCdcError
 from autocdc.engine.logs import log_file
-from autocdc.pipelines.declare import project, registry, scaffold
-from autocdc.pipelines.execute import graph, interrupt, lock, replay, runner
+from autocdc.pipelines.declare import project, scaffold
+from autocdc.pipelines.errors import PipelineStepError
+from autocdc.pipelines.execute import interrupt, lock, pipeline, replay, runner
 from autocdc.pipelines.operations import overview, report
 from autocdc.sources import spark_session
 from autocdc.sources.extract import ExtractionOptions
@@ -118,41 +117,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _local_fs(spark: SparkSession) -> tuple[Any, Any]:  # py4j objects
-    context = spark.sparkContext
-    hadoop = context._jvm.org.apache.hadoop  # type: ignore[union-attr]
-    return hadoop, hadoop.fs.FileSystem.getLocal(context._jsc.hadoopConfiguration())
-
-
-def work_in(spark: SparkSession, folder: str | Path) -> None:
-    """Make ``folder`` the working directory of the JVM's local file system, against which
-    Spark qualifies a relative path such as ``.json("data/changes")``. It is the folder
-    the JVM started in otherwise: not the project's under spark-submit or in a notebook."""
-    hadoop, local = _local_fs(spark)
-    local.setWorkingDirectory(hadoop.fs.Path(str(folder)))
-
-
-def working_folder(spark: SparkSession) -> str:
-    """The JVM's local file system's working directory (see :func:`work_in`)."""
-    return str(_local_fs(spark)[1].getWorkingDirectory().toUri().getPath())
-
-
-def resolve(
-    spec: project.Project, spark: SparkSession, options: runner.Options | None = None
-) -> graph.Graph:
-    """Load the project's definitions and resolve them (what ``options`` fully refreshes
-    is checked as new). The session takes the project's context: relative paths are the
-    project folder's, and the spec's database becomes the current one (so unqualified
-    names in queries find the pipeline's tables)."""
-    work_in(spark, spec.root)
-    if spec.database:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {spec.database}")
-        spark.catalog.setCurrentDatabase(spec.database)
-    loaded = registry.load(spec, spark)
-    fresh = (options or runner.Options()).resets
-    return graph.resolve(loaded, spark, runner.qualifier(spec.database), fresh)
-
-
 def _gist(error: BaseException) -> str:
     """``Class: first line of the message``, and for a JVM error the first line of its root
     cause (a failed task wraps what went wrong); the rest is often a query plan or a JVM
@@ -200,9 +164,8 @@ def _report(args: argparse.Namespace, spec: project.Project) -> int:
 
 
 def _run(args: argparse.Namespace, spec: project.Project) -> int:
-    """``run``, ``dry-run``, ``status`` and ``history``: in the project's folder (and
-    session: ``status`` and ``history`` read the tables without Spark)."""
-    os.chdir(spec.root)  # relative paths in the definitions are the project's
+    """``run``, ``dry-run`` and ``apply``: the run's outline (:mod:`pipeline`) in a session
+    of the project's; ``status`` and ``history`` read the tables without Spark."""
     if args.command in ("status", "history"):
         return _report(args, spec)
     spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
@@ -216,17 +179,16 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
         expect_deletes=getattr(args, "expect_deletes", set()),
         replay_from=getattr(args, "replay_from", None),
     )
-    resolved = resolve(spec, spark, options)
-    interrupt.check()
-    order = ", ".join(d.name for d in resolved.order)
-    runner.say(f"pipeline {spec.name}: {len(resolved.order)} datasets ({order})")
-    if args.command == "dry-run":
-        runner.say("dry run: every definition resolved, nothing written")
-        return 0
-    if args.command == "apply":
-        runner.Runner(spark, spec, resolved).apply_all(set(args.datasets))
-        return 0
-    runner.Runner(spark, spec, resolved).run(options)
+
+    def announce(resolved: pipeline.Resolved) -> None:
+        interrupt.check()
+        order = ", ".join(resolved.datasets)
+        runner.say(f"pipeline {spec.name}: {len(resolved.datasets)} datasets ({order})")
+        if args.command == "dry-run":
+            runner.say("dry run: every definition resolved, nothing written")
+
+    datasets = set(getattr(args, "datasets", []) or [])
+    pipeline.execute(spark, spec, options, args.command, datasets, announce)
     return 0
 
 
@@ -238,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             root = scaffold.create(Path(args.name))
             print(f"autocdc: created {root}; run it with: cd {root} && autocdc run")
             return 0
-        if args.command == "report":  # resolves --out before the working directory moves
+        if args.command == "report":
             return report.main_report(args)
         if args.command == "launcher":
             print(Path(__file__).resolve().parent.parent / "__main__.py")
@@ -250,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
                 held.enter_context(lock.hold(spec.storage_path, spec.name, expiry))
             held.enter_context(interrupt.noted())
             return _run(args, spec)
+    except PipelineStepError as error:  # not ours to explain: the cause's gist, logged
+        cause = error.__cause__ or error
+        print(f"autocdc: {_gist(cause)}\n(details in {_record(error)})", file=sys.stderr)
+        return 1
     except AutoCdcError as error:
         print(f"autocdc: {error}", file=sys.stderr)
         return 2

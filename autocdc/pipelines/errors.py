@@ -224,3 +224,15 @@ class ReplayBeyondRetentionError(PipelineError):
         "Replay from there or later, or rebuild the target from what the source holds: "
         "`autocdc run --full-refresh {dataset}`."
     )
+
+
+class PipelineStepError(PipelineError):
+    """A step of a run (load, resolve, run, apply) failed on an error that is not autocdc's
+    (Spark's, the user's code): kept as the cause, see
+    :mod:`autocdc.pipelines.execute.pipeline`."""
+
+    error_class = "AUTOCDC_PIPELINE_STEP_FAILED"
+    template = (
+        "Pipeline `{pipeline}`: its {step} step failed: {error}. Its cause, chained to this "
+        "error, has the details (the CLI writes them to the log file)."
+    )

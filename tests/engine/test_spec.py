@@ -16,7 +16,7 @@ from pyspark.sql.types import (
 
 import autocdc
 from autocdc.engine import state
-from autocdc.engine.spec import FlowSpec
+from autocdc.engine.spec import FlowDefinition
 
 BASE = {"target": "t", "keys": ["id"], "sequence_by": "seq"}
 
@@ -93,22 +93,22 @@ COLUMNS = StructType([StructField(c, StringType()) for c in ["id", "name", "op",
 
 
 def test_resolve_orders_columns_like_column_list_else_source():
-    resolved = FlowSpec(**BASE, except_column_list=["op", "seq"]).resolve(COLUMNS, LongType())
+    resolved = FlowDefinition(**BASE, except_column_list=["op", "seq"]).resolve(COLUMNS, LongType())
     assert resolved.payload == ["id", "name"]
-    resolved = FlowSpec(**BASE, column_list=["name", "id"]).resolve(COLUMNS, LongType())
+    resolved = FlowDefinition(**BASE, column_list=["name", "id"]).resolve(COLUMNS, LongType())
     assert resolved.payload == ["name", "id"]
 
 
 def test_resolve_unknown_column():
     with pytest.raises(autocdc.UnknownColumnError) as err:
-        FlowSpec(**BASE, except_column_list=["opp"]).resolve(COLUMNS, LongType())
+        FlowDefinition(**BASE, except_column_list=["opp"]).resolve(COLUMNS, LongType())
     assert err.value.params["field"] == "except_column_list"
     assert err.value.params["columns"] == ["opp"]
 
 
 def test_resolve_unknown_key():
     with pytest.raises(autocdc.UnknownColumnError) as err:
-        FlowSpec(**{**BASE, "keys": ["ID"]}).resolve(COLUMNS, LongType())
+        FlowDefinition(**{**BASE, "keys": ["ID"]}).resolve(COLUMNS, LongType())
     assert err.value.params["field"] == "keys"
 
 
@@ -117,26 +117,26 @@ def test_resolve_unknown_key():
 )
 def test_resolve_non_orderable_sequence(bad):
     with pytest.raises(autocdc.InvalidSequenceTypeError) as err:
-        FlowSpec(**BASE).resolve(COLUMNS, bad)
+        FlowDefinition(**BASE).resolve(COLUMNS, bad)
     assert err.value.params == {"type": bad.simpleString()}
 
 
 def test_resolve_struct_sequence_is_orderable():
     seq = StructType([StructField("a", LongType()), StructField("b", StringType())])
-    assert FlowSpec(**BASE).resolve(COLUMNS, seq).keys == ["id"]
+    assert FlowDefinition(**BASE).resolve(COLUMNS, seq).keys == ["id"]
 
 
 @pytest.mark.parametrize("name", ["__START_AT", "__end_at", "__autocdc_seq"])
 def test_resolve_reserved_column(name):
     with pytest.raises(autocdc.ReservedColumnError) as err:
-        FlowSpec(**BASE).resolve(
+        FlowDefinition(**BASE).resolve(
             StructType([*COLUMNS.fields, StructField(name, LongType())]), LongType()
         )
     assert err.value.params == {"columns": [name]}
 
 
 def test_track_history_resolution():
-    flow = FlowSpec(
+    flow = FlowDefinition(
         **BASE,
         stored_as_scd_type=2,
         except_column_list=["op"],
@@ -230,13 +230,13 @@ def test_partial_flows_and_what_they_set():
 
 def test_resolve_columns_to_update():
     listing = StructType([*COLUMNS.fields, StructField("cols", ArrayType(StringType()))])
-    flow = FlowSpec(**BASE, columns_to_update="cols", except_column_list=["op", "seq"])
+    flow = FlowDefinition(**BASE, columns_to_update="cols", except_column_list=["op", "seq"])
     assert flow.resolve(listing, LongType()).payload == ["id", "name"]  # never stored
     with pytest.raises(autocdc.InvalidColumnsToUpdateError) as err:
-        FlowSpec(**BASE, columns_to_update="name").resolve(COLUMNS, LongType())
+        FlowDefinition(**BASE, columns_to_update="name").resolve(COLUMNS, LongType())
     assert err.value.params == {"column": "name", "type": "string"}
     with pytest.raises(autocdc.UnknownColumnError) as err:
-        FlowSpec(**BASE, columns_to_update=["nme"]).resolve(COLUMNS, LongType())
+        FlowDefinition(**BASE, columns_to_update=["nme"]).resolve(COLUMNS, LongType())
     assert err.value.params["field"] == "columns_to_update"
 
 

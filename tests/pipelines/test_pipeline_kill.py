@@ -69,10 +69,12 @@ INTERRUPTED = [
 ]
 
 
-def _interrupted_when(tmp_path, name: str, marker: str) -> tuple[int, list[str], float]:
-    """``autocdc run --continuous`` of a new project, sent SIGINT once ``marker`` (a path
-    in its folder) exists: its exit code, the lines it printed after, and how many seconds
-    it took to exit."""
+def _interrupted_when(
+    tmp_path, name: str, marker: str, later: float = 0.0
+) -> tuple[int, list[str], float]:
+    """``autocdc run --continuous`` of a new project, sent SIGINT ``later`` seconds after
+    ``marker`` (a path in its folder) exists: its exit code, the lines it printed after,
+    and how many seconds it took to exit."""
     root = tmp_path / name
     config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(root / "warehouse")}
     spec = write_project(root, "stopped", {"feed.py": SLOW_SCD1}, config)
@@ -87,6 +89,7 @@ def _interrupted_when(tmp_path, name: str, marker: str) -> tuple[int, list[str],
     deadline = time.monotonic() + 300
     while not (root / marker).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    time.sleep(later)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
     output, _ = proc.communicate(timeout=300)
@@ -104,4 +107,6 @@ def test_ctrl_c_at_any_moment_prints_one_line_exits_130_and_releases_the_lock(tm
     code, said, seconds = _interrupted_when(tmp_path, "starting", "autocdc-logs/autocdc.log")
     assert (code, said) == (130, INTERRUPTED)
     assert seconds < 5, seconds  # not once the JVM is up, 10-20 s later
-    assert _interrupted_when(tmp_path, "applying", "applying")[:2] == (130, INTERRUPTED)
+    for later in (0.0, 2.0, 5.0):  # the first apply's jobs: as they start, later on
+        interrupted = _interrupted_when(tmp_path, f"applying-{later:g}", "applying", later)
+        assert interrupted[:2] == (130, INTERRUPTED), later

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorErr
 from autocdc.engine.logs import log_file
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
-from autocdc.pipelines.execute import graph, lock, runner
+from autocdc.pipelines.execute import graph, interrupt, kinds, lock, pipeline, runner
 from autocdc.pipelines.operations import overview
 from autocdc.sources.errors import TableNotFoundError
 
@@ -519,11 +520,11 @@ def test_flows_into_one_target_share_whether_it_is_partial_and_what_it_tracks(sp
     common = {"keys": ["id"], "sequence_by": "seq", "stored_as_scd_type": 2}
     for name, extra in (("full", {}), ("partial", {"columns_to_update": ["a"]})):
         flows.add_flow(_cdc_flow(name, {**common, **extra}))
-    resolved = graph.check_targets(flows)
-    assert [f.spec.partial_target for f in resolved["t"]] == [True, True]
-    assert not flows.flows["full"].spec.partial_target  # the declaration stays as it was
-    assert graph.engine_flow(resolved["t"][0], "db.t").partial
-    assert graph.engine_flow(resolved["t"][0], "db.t").target == "db.t"
+    placed = kinds.place(flows, graph.check_targets(flows), lambda name: f"db.{name}")
+    assert [placed[f].engine.partial_target for f in ("full", "partial")] == [True, True]
+    assert not flows.flows["full"].definition.partial_target  # the declaration stays as it was
+    assert placed["full"].engine.partial
+    assert placed["full"].engine.target == "db.t"
 
     flows.add_flow(_cdc_flow("other", {**common, "track_history_column_list": ["a"]}))
     with pytest.raises(errors.FlowsDisagreeError) as raised:
@@ -541,16 +542,18 @@ def test_a_flow_is_built_and_checked_once_where_it_is_declared(spark):
     assert raised.value.params["where"] == "cdc.sql:1"
     assert isinstance(raised.value.__cause__, TrackHistoryWithScd1Error)
     flows.register_sql(f"{cdc};", Path("cdc.sql"))
-    spec = flows.flows["f"].spec
+    spec = flows.flows["f"].definition
     assert (spec.target, spec.name, spec.keys, spec.sequence_by) == ("t", "f", ["id"], "seq")
-    run = graph.engine_flow(flows.flows["f"], "db.t")  # the flow a run applies: its name kept
+    flows.add_dataset(registry.Dataset("t", "streaming_table", "t.py:1"))
+    placed = kinds.place(flows, graph.check_targets(flows), lambda name: f"db.{name}")
+    run = placed["f"].engine  # the flow a run applies: its name kept
     assert (run.target, run.flow_name, run.keys) == ("db.t", "f", ["id"])
 
 
 def _cdc_flow(name: str, options: dict) -> registry.CdcFlow:
     """A flow into ``t`` declared at ``t.py:<name>`` with ``options``."""
     at = f"t.py:{name}"
-    spec = registry.declared(registry.AutoCdcFlow, at, target="t", name=name, **options)
+    spec = registry.declared(registry.FlowDefinition, at, target="t", name=name, **options)
     return registry.CdcFlow(name, "t", "s", at, spec)
 
 
@@ -618,6 +621,61 @@ def test_sequence_groups_in_a_pipeline(spark, tmp_path, database):
     assert raised.value.params["field"] == "sequence_groups"
 
 
+# Delta's note of the last commit this session made: set by every write, anyone's.
+DELTA_LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
+
+
+def _session(spark) -> tuple:
+    """What a run must give back: the session's conf, current database, the JVM's and
+    Python's working folders."""
+    conf = {r.key: r.value for r in spark.sql("SET").collect() if r.key != DELTA_LAST_COMMIT}
+    return conf, spark.catalog.currentDatabase(), pipeline.working_folder(spark), Path.cwd()
+
+
+def _same_session(spark, before: tuple) -> None:
+    conf, *rest = _session(spark)
+    changed = {k for k in conf.keys() | before[0].keys() if conf.get(k) != before[0].get(k)}
+    assert (changed, rest) == (set(), list(before[1:]))
+
+
+def test_declaring_and_running_leave_the_session_as_they_found_it(
+    spark, tmp_path, database, monkeypatch
+):
+    """dp.run and each command of the CLI run in-process (on this session, as the CLI
+    would on its own) give the session back: a SQL file's SET holds for the run only, the
+    spec's database and the project's folder are the run's, not the session's after."""
+    setting = "SET spark.sql.shuffle.partitions = 3;\n"
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1, "h.sql": setting + SQL_SCD2})
+    drop(tmp_path, "1", A)
+    monkeypatch.setattr(cli, "spark_session", lambda *args, **kwargs: spark)
+    before = _session(spark)
+    assert set(dp.run(spec, spark)) == {"changes", "latest", "history", "live_keys"}
+    _same_session(spark, before)
+    for command in (["run"], ["dry-run"], ["apply"], ["status"], ["history", "latest"]):
+        assert cli.main([*command, "--spec", str(spec)]) == 0, command
+        _same_session(spark, before)
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A)
+
+
+def test_the_run_outline_owns_ctrl_c_and_gives_the_handler_back(spark, tmp_path, database):
+    """Inside the outline Ctrl-C is noted (its work stopped, the run ended at a safe point),
+    not pyspark's handler's (which cancels jobs from inside whatever py4j call the main
+    thread is in); the handler from before is back after, in a notebook's dp.run too."""
+    spec = write_project(tmp_path, database, {"feed.py": PYSPARK_SCD1})
+    drop(tmp_path, "1", A)
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+    pipeline.execute(
+        spark,
+        project.load(spec),
+        runner.Options(),
+        "dry-run",
+        on_resolved=lambda _: seen.append(signal.getsignal(signal.SIGINT)),
+    )
+    assert seen == [interrupt._noted]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_dp_run_holds_the_run_lock_and_gives_the_session_back(spark, tmp_path, new_table):
     """``dp.run`` in a notebook: refused while another run holds the project; after it the
     session's current database and working folder are what they were."""
@@ -626,12 +684,12 @@ def test_dp_run_holds_the_run_lock_and_gives_the_session_back(spark, tmp_path, n
     database = new_table("nb")
     spec.write_text(spec.read_text() + f"database: {database}\n")
     loaded = project.load(spec)
-    folder = cli.working_folder(spark)
+    folder = pipeline.working_folder(spark)
     with lock.hold(loaded.storage_path, loaded.name), pytest.raises(errors.PipelineLockedError):
         dp.run(spec, spark)
     assert dp.run(spec, spark)[0] == "customer_changes"
     assert spark.catalog.currentDatabase() == "default"
-    assert cli.working_folder(spark) == folder
+    assert pipeline.working_folder(spark) == folder
     rows = spark.table(f"{database}.customers").collect()
     assert {(r.id, r.city) for r in rows} == {(1, "Lyon"), (3, "Rome")}
 

@@ -14,7 +14,7 @@ from reference import fold_scd1, fold_scd2
 
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project
-from autocdc.pipelines.execute import graph, runner
+from autocdc.pipelines.execute import pipeline, runner
 from autocdc.pipelines.operations import overview
 
 FEED = """
@@ -41,15 +41,9 @@ MAX STALENESS INTERVAL 1 HOUR;
 
 
 def _run(spark, spec: Path) -> runner.Runner:
-    loaded = project.load(spec)
-    try:
-        settings = runner.Options()
-        resolved = cli.resolve(loaded, spark, settings)
-        ran = runner.Runner(spark, loaded, resolved)
-        ran.run(settings)
-        return ran
-    finally:
-        spark.catalog.setCurrentDatabase("default")
+    ran = pipeline.execute(spark, project.load(spec), runner.Options())
+    assert isinstance(ran, pipeline.Ran)
+    return ran.runner
 
 
 def test_a_triggered_run_stages_each_micro_batch_and_applies_them_at_its_end(
@@ -92,7 +86,7 @@ def test_autocdc_apply_applies_what_is_staged(spark, warehouse, tmp_path, new_ta
     )
     drop(tmp_path, "1", A)
     ran = _run(spark, spec)
-    engine = graph.engine_flow(ran.graph.flows["latest"][0], f"{database}.latest")
+    engine = ran.graph.kinds["latest"].engine
     engine.stage(spark.createDataFrame(rows(B), "id INT, a STRING, b INT, op STRING, seq BIGINT"))
     assert engine.staged_status(spark).rows == len(B)
     assert {r.id: (r.a, r.b) for r in engine.current(spark).collect()} == fold_scd1(A + B)

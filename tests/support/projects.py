@@ -11,9 +11,8 @@ from pathlib import Path
 
 from reference import Change
 
-from autocdc.pipelines import cli
 from autocdc.pipelines.declare import project
-from autocdc.pipelines.execute import runner
+from autocdc.pipelines.execute import pipeline, runner
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
 
@@ -99,14 +98,7 @@ def copy_example(example: Path, root: Path, database: str) -> Path:
 
 def run(spark, spec: Path, **options) -> list[str]:
     """``autocdc run`` in this session; returns the datasets in run order."""
-    loaded = project.load(spec)
-    try:
-        settings = runner.Options(**options)
-        resolved = cli.resolve(loaded, spark, settings)
-        runner.Runner(spark, loaded, resolved).run(settings)
-        return [d.name for d in resolved.order]
-    finally:
-        spark.catalog.setCurrentDatabase("default")
+    return pipeline.execute(spark, project.load(spec), runner.Options(**options)).datasets
 
 
 def scd1_rows(spark, table: str) -> dict:

@@ -13,7 +13,7 @@ import functools
 import importlib.util
 import os
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -30,8 +30,8 @@ from pyspark.pipelines.source_code_location import SourceCodeLocation
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.flow import AutoCdcFlow
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow, NextSnapshot
+from autocdc.engine.snapshot import NextSnapshot, SnapshotDefinition
+from autocdc.engine.spec import FlowDefinition
 from autocdc.pipelines.declare import sql
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import (
@@ -75,9 +75,9 @@ class QueryFlow:
 
 @dataclass(frozen=True)
 class CdcFlow:
-    """An AUTO CDC flow: ``source`` applied to ``target`` by ``spec``, the engine's flow
-    built and checked once, where it was declared (its target as declared: the run
-    qualifies it, :func:`respec`).
+    """An AUTO CDC flow: ``source`` applied to ``target`` as ``definition`` says, checked
+    once, where it was declared (its target as declared: a run builds the running flow
+    from it, at the qualified target).
 
     ``streaming``: the source is read as a stream (else as one batch, every run).
     ``once``: a backfill, read as one batch by the first run and after a full refresh of
@@ -88,7 +88,7 @@ class CdcFlow:
     target: str
     source: str
     where: str
-    spec: AutoCdcFlow
+    definition: FlowDefinition
     streaming: bool = True
     once: bool = False
     extract_options: ExtractionOptions | None = None
@@ -106,70 +106,31 @@ class ExtractionSource:
 @dataclass(frozen=True)
 class SnapshotFlow:
     """An AUTO CDC FROM SNAPSHOT flow: ``source`` (a table or view, read whole each run, or
-    a ``next_snapshot(latest_version)`` function) applied to ``target`` by ``spec``, the
-    engine's snapshot flow built and checked once, where it was declared."""
+    a ``next_snapshot(latest_version)`` function) applied to ``target`` as ``definition``
+    says, checked once, where it was declared."""
 
     name: str
     target: str
     source: str | NextSnapshot
     where: str
-    spec: AutoCdcSnapshotFlow
+    definition: SnapshotDefinition
     extraction: Extraction | None = None  # a STATELESS source's, set by :func:`load`
 
 
 Flow = QueryFlow | CdcFlow | SnapshotFlow
 
 
-# The clauses of an SQL AUTO CDC statement that are flow options, by statement kind.
-_SNAPSHOT_OPTIONS = (
-    "keys",
-    "stored_as_scd_type",
-    "track_history_column_list",
-    "track_history_except_column_list",
-)
-_CDC_OPTIONS = (
-    *_SNAPSHOT_OPTIONS,
-    "sequence_by",
-    "apply_as_deletes",
-    "apply_as_truncates",
-    "column_list",
-    "except_column_list",
-    "ignore_null_updates",
-    "ignore_null_updates_column_list",
-    "ignore_null_updates_except_column_list",
-    "columns_to_update",
-    "sequence_group",
-    "sequence_groups",
-    "max_staleness",
-    "max_staged_rows",
-)
+Definition = TypeVar("Definition", FlowDefinition, SnapshotDefinition)
 
 
-def _given(statement: object, names: tuple[str, ...]) -> dict[str, Any]:
-    """The options among ``names`` that the statement gives (not None)."""
-    options = {name: getattr(statement, name) for name in names}
-    return {k: v for k, v in options.items() if v is not None}
-
-
-Spec = TypeVar("Spec", AutoCdcFlow, AutoCdcSnapshotFlow)
-
-
-def declared(kind: type[Spec], at: str, **fields: Any) -> Spec:
-    """The engine's flow of a declaration, checked now: a bad option is a definition
+def declared(kind: type[Definition], at: str, **fields: Any) -> Definition:
+    """A definition of pyspark's ``dp`` or SQL, checked now: a bad option is a definition
     error naming the line (``at``) and the flow, the engine's error as its cause."""
     try:
         return kind(**fields)
     except (AutoCdcError, ValidationError) as error:
         name = fields.get("name") or fields["target"]
         raise FlowAnalysisError(where=at, flow=name, problem=str(error)) from error
-
-
-def respec(spec: Spec, **changes: Any) -> Spec:
-    """``spec`` with ``changes`` (a run's qualified target, what the target's other flows
-    imply), validated again as a new flow: pydantic's ``model_copy`` would keep what was
-    derived from the old values."""
-    given = {name: getattr(spec, name) for name in spec.model_fields_set}
-    return type(spec)(**{**given, **changes})
 
 
 def where(location: SourceCodeLocation | sql.Location) -> str:
@@ -201,6 +162,9 @@ class Registry(GraphElementRegistry):
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
+        # The SQL files' SET values: set while the pipeline resolves and runs, not on the
+        # session when they are read (a run gives the session back as it found it).
+        self.conf: dict[str, str] = {}
         self.datasets: dict[str, Dataset] = {}
         self.flows: dict[str, Flow] = {}
         self.extractions: dict[str, ExtractionSource] = {}
@@ -233,21 +197,6 @@ class Registry(GraphElementRegistry):
         self.add_dataset(Dataset(name=name, kind="temporary_view", where=at))
         query = functools.partial(debezium.debezium_kafka, self.spark, **options)
         self.add_flow(QueryFlow(name, name, query, at))
-
-    def link_targets(self) -> None:
-        """Give each AUTO CDC flow its target's ``cluster_by`` and ``table_properties``:
-        the engine creates the target with them."""
-        for name, flow in self.flows.items():
-            dataset = self.datasets.get(flow.target)
-            if not isinstance(flow, CdcFlow) or dataset is None:
-                continue
-            table: dict[str, Any] = {}
-            if dataset.cluster_by:
-                table["cluster_by"] = list(dataset.cluster_by)
-            if dataset.table_properties:
-                table["table_properties"] = dict(dataset.table_properties)
-            if table:
-                self.flows[name] = replace(flow, spec=respec(flow.spec, **table))
 
     def link_extractions(self) -> None:
         """Give each flow that reads an extraction source its declaration; refuse what
@@ -336,8 +285,8 @@ class Registry(GraphElementRegistry):
         }
         name, at = flow.name or flow.target, where(flow.source_code_location)
         given = {k: v for k, v in options.items() if v is not None}
-        spec = declared(AutoCdcFlow, at, target=flow.target, name=name, **given)
-        self.add_flow(CdcFlow(name, flow.target, flow.source, at, spec))
+        definition = declared(FlowDefinition, at, target=flow.target, name=name, **given)
+        self.add_flow(CdcFlow(name, flow.target, flow.source, at, definition))
 
     def register_sql(self, sql_text: str, file_path: Path) -> None:
         for statement in sql.parse(sql_text, str(file_path)):
@@ -346,7 +295,7 @@ class Registry(GraphElementRegistry):
     def _register_statement(self, statement: sql.Statement) -> None:
         at = where(statement.location)
         if isinstance(statement, sql.SetConf):
-            self.spark.conf.set(statement.key, statement.value)
+            self.conf[statement.key] = statement.value
         elif isinstance(statement, sql.CreateDataset):
             self.add_dataset(
                 Dataset(
@@ -372,24 +321,18 @@ class Registry(GraphElementRegistry):
         elif isinstance(statement, sql.ExtractionStatement):
             self.add_extraction(ExtractionSource(_extraction(statement, at), at))
         elif isinstance(statement, sql.AutoCdcSnapshotStatement):
-            given = _given(statement, _SNAPSHOT_OPTIONS)
-            spec = declared(
-                AutoCdcSnapshotFlow, at, target=statement.target, name=statement.name, **given
-            )
+            definition = _snapshot_definition(statement, at)
             self.add_flow(
-                SnapshotFlow(statement.name, statement.target, statement.source, at, spec)
+                SnapshotFlow(statement.name, statement.target, statement.source, at, definition)
             )
         else:
-            given = _given(statement, _CDC_OPTIONS)
             self.add_flow(
                 CdcFlow(
                     name=statement.name,
                     target=statement.target,
                     source=statement.source,
                     where=at,
-                    spec=declared(
-                        AutoCdcFlow, at, target=statement.target, name=statement.name, **given
-                    ),
+                    definition=_cdc_definition(statement, at),
                     streaming=statement.streaming,
                     once=statement.once,
                 )
@@ -397,6 +340,53 @@ class Registry(GraphElementRegistry):
 
     def _sql(self, text: str) -> Callable[[], DataFrame]:
         return lambda: self.spark.sql(text)
+
+
+def _cdc_definition(statement: sql.AutoCdcStatement, at: str) -> FlowDefinition:
+    """The definition an AUTO CDC statement declares (a clause it leaves out: the default)."""
+    clauses = {
+        "sequence_by": statement.sequence_by,
+        "apply_as_deletes": statement.apply_as_deletes,
+        "apply_as_truncates": statement.apply_as_truncates,
+        "column_list": statement.column_list,
+        "except_column_list": statement.except_column_list,
+        "track_history_column_list": statement.track_history_column_list,
+        "track_history_except_column_list": statement.track_history_except_column_list,
+        "columns_to_update": statement.columns_to_update,
+        "ignore_null_updates_column_list": statement.ignore_null_updates_column_list,
+        "ignore_null_updates_except_column_list": statement.ignore_null_updates_except_column_list,
+        "sequence_group": statement.sequence_group,
+        "sequence_groups": statement.sequence_groups,
+        "max_staleness": statement.max_staleness,
+        "max_staged_rows": statement.max_staged_rows,
+    }
+    return declared(
+        FlowDefinition,
+        at,
+        target=statement.target,
+        name=statement.name,
+        keys=statement.keys,
+        stored_as_scd_type=statement.stored_as_scd_type,
+        ignore_null_updates=statement.ignore_null_updates,
+        **{clause: value for clause, value in clauses.items() if value is not None},
+    )
+
+
+def _snapshot_definition(statement: sql.AutoCdcSnapshotStatement, at: str) -> SnapshotDefinition:
+    """The definition an AUTO CDC FROM SNAPSHOT statement declares."""
+    lists = {
+        "track_history_column_list": statement.track_history_column_list,
+        "track_history_except_column_list": statement.track_history_except_column_list,
+    }
+    return declared(
+        SnapshotDefinition,
+        at,
+        target=statement.target,
+        name=statement.name,
+        keys=statement.keys,
+        stored_as_scd_type=statement.stored_as_scd_type,
+        **{clause: value for clause, value in lists.items() if value is not None},
+    )
 
 
 def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
@@ -415,16 +405,6 @@ def _extraction(statement: sql.ExtractionStatement, at: str) -> Extraction:
                 "before the run.",
             )
     return Extraction(name=statement.name, dsn=dsn, table=statement.table, **statement.options)
-
-
-@contextlib.contextmanager
-def _cwd(path: Path) -> Iterator[None]:
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def _failure_site(error: BaseException, file: Path) -> str:
@@ -462,14 +442,15 @@ def _import(path: Path, spark: SparkSession) -> None:
 
 
 def load(project: Project, spark: SparkSession) -> Registry:
-    """Every definition of the project's library files, in file order."""
+    """Every definition of the project's library files, in file order (relative paths in
+    them are the current folder's: :func:`autocdc.pipelines.execute.pipeline.in_project`
+    makes it the project's)."""
     registry = Registry(spark)
-    with _cwd(project.root), graph_element_registration_context(registry):
+    with graph_element_registration_context(registry):
         for path in project.library_files():
             if path.suffix == ".py":
                 _import(path, spark)
             else:
                 registry.register_sql(path.read_text(), path.relative_to(project.root))
     registry.link_extractions()
-    registry.link_targets()
     return registry

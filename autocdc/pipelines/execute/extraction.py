@@ -23,7 +23,7 @@ flow that takes a batch DataFrame):
 4. merge the batches' accumulators into the next checkpoint, in plan order, and check
    that it can be stored, before anything is written;
 5. apply every row read, as one batch, with the read's sequence (a later read of a row
-   sees a state at least as new: :func:`autocdc.pipelines.execute.graph.engine_flow` orders the
+   sees a state at least as new: :func:`autocdc.pipelines.execute.graph.place` orders the
    changes by it after the flow's own ``sequence_by``);
 6. only then replace the checkpoint (unless the run read no row: it is kept), and note
    the run's end and how far the checkpoint is behind the newest values the source held

@@ -11,23 +11,22 @@ waiting means a cycle.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import graphlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
-from pyspark.sql.types import LongType
 
-from autocdc.engine.errors import AutoCdcError, DefinitionChangedError, TargetNotPartialError
-from autocdc.engine.flow import AutoCdcFlow
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow
-from autocdc.engine.stage import col
+from autocdc.engine.errors import (
+    AutoCdcError,
+    DefinitionChangedError,
+    MaxStalenessUnsupportedError,
+    TargetNotPartialError,
+)
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
@@ -35,10 +34,8 @@ from autocdc.pipelines.declare.registry import (
     QueryFlow,
     Registry,
     SnapshotFlow,
-    respec,
 )
 from autocdc.pipelines.errors import (
-    BatchQueryForStreamingTableError,
     CycleError,
     DatasetNotFoundError,
     FlowAnalysisError,
@@ -48,19 +45,25 @@ from autocdc.pipelines.errors import (
     SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.execute import extraction
+from autocdc.pipelines.execute.kinds import Kind, place
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
-CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
 
 
 @dataclass
 class Graph:
-    """The datasets in dependency order, each with its flows and the datasets it reads."""
+    """The datasets in dependency order, each with its flows and the datasets it reads;
+    ``kinds``: what a run does with each flow (by flow name), its running engine built
+    once (:func:`kinds.place`)."""
 
     order: list[Dataset]
     flows: dict[str, list[Flow]]
     reads: dict[str, set[str]] = field(default_factory=dict)
+    kinds: dict[str, Kind] = field(default_factory=dict)
+
+    def of(self, dataset: str) -> list[Kind]:
+        """The kinds of the flows into ``dataset``, in declaration order."""
+        return [self.kinds[f.name] for f in self.flows[dataset]]
 
 
 def _last(name: str) -> str:
@@ -102,59 +105,6 @@ def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
             setattr(cls, attr, original)
 
 
-def source_frame(spark: SparkSession, flow: CdcFlow) -> DataFrame:
-    """The change feed of a CDC flow (a once flow's as one batch); a Delta change data
-    feed's pre-images are dropped (each update's post-image carries the change). An
-    extraction source's has its columns and no rows: the runner reads it
-    (:mod:`autocdc.pipelines.execute.extraction`)."""
-    if flow.extraction is not None:
-        return extraction.frame(spark, flow.extraction)
-    reader = spark.readStream if flow.streaming and not flow.once else spark.read
-    df = reader.table(flow.source)
-    if CHANGE_TYPE in df.columns:
-        df = df.where(F.col(CHANGE_TYPE) != "update_preimage")
-    return df
-
-
-def engine_flow(flow: CdcFlow, target: str, read: int = 0) -> AutoCdcFlow:
-    """The engine's flow for ``flow`` into ``target`` (qualified by the run), a new one
-    each time: an engine flow keeps what it read of its tables between batches. Over an
-    extraction source its changes are ordered by ``sequence_by`` and then by the run's
-    ``read`` (:func:`extraction.sequence`; 0 when no read is applied: the definition
-    checks need only its type)."""
-    if flow.extraction is None:
-        return respec(flow.spec, target=target)
-    by = extraction.sequence(flow.spec.sequence_by, read)
-    return respec(flow.spec, target=target, sequence_by=by)
-
-
-def snapshot_flow(flow: SnapshotFlow, target: str) -> AutoCdcSnapshotFlow:
-    return respec(flow.spec, target=target)
-
-
-def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
-    """What readers of the flow's target see: the query's rows, for a CDC flow the
-    selected columns, for a snapshot flow the snapshot's (plus the validity columns of
-    type 2, of the sequence's type: a snapshot's version is a bigint)."""
-    if isinstance(flow, QueryFlow):
-        return df
-    if isinstance(flow, SnapshotFlow):
-        out, seq_type = df, LongType()
-        scd_type = flow.spec.stored_as_scd_type
-    else:
-        engine = engine_flow(flow, flow.target)  # an extraction flow's sequence: the read's
-        listing = engine.columns_to_update_column
-        excepted = [*(engine.except_column_list or []), *engine.pseudo_columns, listing]
-        keep = engine.column_list or [c for c in df.columns if c not in excepted]
-        out = df.select(*[col(c) for c in keep])
-        scd_type = engine.stored_as_scd_type
-        seq_type = df.select(engine.sequence_column()).schema[0].dataType
-    if scd_type == 2:
-        validity = [F.lit(None).cast(seq_type).alias(c) for c in ("__START_AT", "__END_AT")]
-        out = out.select("*", *validity)
-    return out
-
-
 def check_targets(registry: Registry) -> dict[str, list[Flow]]:
     """Every flow's target, per dataset, checked: it exists and takes the flow, and the
     AUTO CDC flows into it agree; each of those declares the target partial when one is."""
@@ -172,15 +122,14 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
                 kind=dataset.kind.replace("_", " "),
                 what="Append flows" if isinstance(flow, QueryFlow) else "AUTO CDC flows",
             )
-        if isinstance(flow, CdcFlow) and flow.spec.max_staleness is not None:
+        if isinstance(flow, CdcFlow) and flow.definition.max_staleness is not None:
             _check_staging(flow)
         flows[dataset.name].append(flow)
-    for name, into in flows.items():
+    for into in flows.values():
         _check_alone(into)
         cdc = [f for f in into if isinstance(f, CdcFlow)]
         _check_agree(cdc)
-        if any(f.spec.partial for f in cdc):
-            flows[name] = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
+        _check_partial_staging(cdc)
     return flows
 
 
@@ -201,11 +150,17 @@ def _check_staging(flow: CdcFlow) -> None:
         )
 
 
-def _partial(flow: CdcFlow) -> CdcFlow:
-    """The flow declaring its target partial: one flow of the target has partial upserts,
-    so the target's state, which every flow into it shares, must record which columns
-    each upsert set, whichever flow creates it."""
-    return dataclasses.replace(flow, spec=respec(flow.spec, partial_target=True))
+def _check_partial_staging(flows: list[CdcFlow]) -> None:
+    """A flow with ``max_staleness`` applies its staged batches as one, exact for
+    full-row upserts only: it cannot write into a target another flow updates partially
+    (which makes the target partial, :func:`place`)."""
+    if not any(f.definition.partial for f in flows):
+        return
+    for flow in flows:
+        if flow.definition.max_staleness is not None and not flow.definition.partial:
+            raise MaxStalenessUnsupportedError(
+                flow=flow.definition.flow_name, why="`partial_target` (partial upserts)"
+            )
 
 
 def _check_alone(flows: list[Flow]) -> None:
@@ -222,22 +177,13 @@ def _check_alone(flows: list[Flow]) -> None:
         )
 
 
-# What the flows into one target share through its state table (the source, sequence,
-# delete condition and column selection are each flow's own), and for SCD type 2 which
-# columns open a version (the history is recomputed by whichever flow runs).
-_SHARED = (
-    "keys",
-    "stored_as_scd_type",
-    "track_history_column_list",
-    "track_history_except_column_list",
-    "sequence_groups",
-)
-
-
 def _check_agree(flows: list[CdcFlow]) -> None:
+    """The flows into one target declare alike what they share through its state
+    (:meth:`FlowDefinition.shared`)."""
+    first = flows[0].definition.shared() if flows else {}
     for flow in flows[1:]:
-        for name in _SHARED:
-            value, other = (getattr(f.spec, name) for f in (flow, flows[0]))
+        for name, value in flow.definition.shared().items():
+            other = first[name]
             if value != other:
                 raise FlowsDisagreeError(
                     where=flow.where,
@@ -257,28 +203,6 @@ def _not_found(error: AnalysisException) -> str | None:
     return _last(error.getMessageParameters().get("relationName", ""))
 
 
-def build(
-    flow: Flow, dataset: Dataset, spark: SparkSession, target: str, fresh: bool = False
-) -> DataFrame | None:
-    """The DataFrame of one flow (checked by the engine for a CDC or snapshot flow: against
-    its stored tables, or as a new target when ``fresh``); for a snapshot flow, its next
-    snapshot, None when its function has nothing newer."""
-    if isinstance(flow, SnapshotFlow):
-        if flow.extraction is not None:  # read by the runner: checked with no rows
-            df = extraction.frame(spark, flow.extraction)
-            snapshot_flow(flow, target).check(df, fresh)
-            return df
-        return snapshot_flow(flow, target).peek(spark, flow.source, fresh)
-    if isinstance(flow, CdcFlow):
-        df = source_frame(spark, flow)
-        engine_flow(flow, target).check(df, fresh)
-        return df
-    df = flow.query()
-    if dataset.kind == "streaming_table" and not df.isStreaming:
-        raise BatchQueryForStreamingTableError(where=flow.where, flow=flow.name, target=target)
-    return df
-
-
 def resolve(
     registry: Registry,
     spark: SparkSession,
@@ -288,6 +212,7 @@ def resolve(
     """Check every flow and order the datasets; raise the first problem found. Datasets
     for which ``fresh`` holds are checked as new (a full refresh will drop them)."""
     flows = check_targets(registry)
+    kinds = place(registry, flows, qualify)
     names = {_last(n): n for n in registry.datasets}
     waiting = dict(registry.datasets)
     reads: dict[str, set[str]] = {}
@@ -296,14 +221,11 @@ def resolve(
     try:
         while waiting:
             progress = False
-            for name, dataset in list(waiting.items()):
+            for name in list(waiting):
                 try:
                     with recording_reads(spark) as read:
-                        built = [
-                            (f, build(f, dataset, spark, qualify(name), fresh(name)))
-                            for f in flows[name]
-                        ]
-                        frames = [(f, df) for f, df in built if df is not None]
+                        built = [(kinds[f.name], fresh(name)) for f in flows[name]]
+                        frames = [(k, k.build(spark, new)) for k, new in built]
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
@@ -322,7 +244,7 @@ def resolve(
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
-                    cdc = [f for f in flows[name] if not isinstance(f, QueryFlow)]
+                    cdc = [f for f in flows[name] if kinds[f.name].applies_changes]
                     current = (cdc or flows[name])[0]
                     raise FlowAnalysisError(
                         where=current.where,
@@ -330,8 +252,9 @@ def resolve(
                         problem=str(_in_pipeline(error, name)),
                     ) from error
                 reads[name] = {names[r] for r in read if r in names and names[r] != name}
-                if frames and "." not in name:
-                    _placeholder(*frames[0]).createOrReplaceTempView(name)
+                if any(df is not None for _, df in frames) and "." not in name:
+                    kind, df = next((k, df) for k, df in frames if df is not None)
+                    kind.placeholder(df).createOrReplaceTempView(name)
                     placeholders.append(name)
                 del waiting[name]
                 blocked.pop(name, None)
@@ -347,7 +270,7 @@ def resolve(
         cycle = error.args[1]
         where = registry.datasets[cycle[0]].where
         raise CycleError(cycle=" -> ".join(cycle), where=where) from None
-    return Graph([registry.datasets[n] for n in order], flows, reads)
+    return Graph([registry.datasets[n] for n in order], flows, reads, kinds)
 
 
 def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:

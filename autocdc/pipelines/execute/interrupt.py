@@ -32,14 +32,19 @@ INSIST_AFTER_SECONDS = 2.0  # a later Ctrl-C raises at once
 
 
 @contextlib.contextmanager
-def noted() -> Iterator[None]:
+def noted(spark: SparkSession | None = None) -> Iterator[None]:
     """Ctrl-C is noted, not raised, inside the block (when run in the main thread); the
-    handler from before is put back after."""
-    if threading.current_thread() is not threading.main_thread():
+    handler from before (pyspark's own, in a notebook) is put back after. ``spark``: the
+    session whose work Ctrl-C stops (else the one :func:`start` opens). Inside a block
+    of its own, it only watches ``spark``."""
+    if threading.current_thread() is not threading.main_thread() or _inside.is_set():
+        if spark is not None and _inside.is_set():
+            _watched[:] = [spark]
         yield
         return
     before = signal.signal(signal.SIGINT, _noted)
     _inside.set()
+    _watched[:] = [spark] if spark is not None else []
     try:
         yield
     except Exception as error:

@@ -29,20 +29,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
-from autocdc.engine.tuning import session_conf
 from autocdc.pipelines.declare.project import Project
-from autocdc.pipelines.declare.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
+from autocdc.pipelines.declare.registry import CdcFlow, Flow, QueryFlow, SnapshotFlow
 from autocdc.pipelines.errors import (
     ReplayNotStartedError,
     ReplayPositionError,
     ReplayUnknownFlowError,
     ReplayUnsupportedError,
 )
-from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute import rewind
 from autocdc.pipelines.execute.checkpoint import CheckpointFile, write_atomically
@@ -50,6 +48,9 @@ from autocdc.pipelines.execute.eventlog import EventLog
 from autocdc.sources import extract, kafkaclient
 from autocdc.sources import pgoutput as pg
 from autocdc.sources.extract import Strategy
+
+if TYPE_CHECKING:  # the graph holds each flow's kind, whose start finishes a replay
+    from autocdc.pipelines.execute import graph as g
 
 NOTE = "autocdc-replay.json"
 KINDS = ("version", "timestamp", "offsets", "lsn", "watermark")
@@ -148,10 +149,6 @@ def _find(flows: dict[str, list[Flow]], name: str) -> tuple[Flow, str]:
     raise ReplayUnknownFlowError(flow=name, known=", ".join(known) or "none")
 
 
-def _dataset(graph: g.Graph, name: str) -> Dataset:
-    return next(d for d in graph.order if d.name == name)
-
-
 def _why_not(flow: Flow) -> str | None:
     """Why the kind of ``flow`` cannot be replayed (None: it can)."""
     if isinstance(flow, SnapshotFlow):
@@ -193,8 +190,7 @@ def rewind_flow(
         _rewind_extraction(replay, flow, dataset, target, CheckpointFile(checkpoint), events)
         return dataset
     finish(checkpoint)
-    with session_conf(spark, getattr(flow, "spark_conf", {})):
-        df = g.build(flow, _dataset(graph, dataset), spark, target)
+    df = graph.kinds[flow.name].build(spark)
     assert df is not None
     found = pos.sources(df, project.root)
     if len(found) != 1 or found[0]["kind"] not in ("delta", "kafka"):

@@ -25,7 +25,6 @@ and the engine absorbs the repeated changes.
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import time
@@ -34,15 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from autocdc.engine.errors import AutoCdcError, raised_in_worker
-from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow
-from autocdc.engine.tuning import session_conf
 from autocdc.pipelines.declare.project import Project
-from autocdc.pipelines.declare.registry import CdcFlow, Dataset, Flow, QueryFlow, SnapshotFlow
+from autocdc.pipelines.declare.registry import Dataset
 from autocdc.pipelines.errors import (
     CheckpointElsewhereError,
     SourceDataLostError,
@@ -52,12 +48,10 @@ from autocdc.pipelines.execute import extraction, interrupt, lock, replay
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.eventlog import EventLog
+from autocdc.pipelines.execute.kinds import Kind, say
 from autocdc.pipelines.execute.progress import Progress, outcome
 from autocdc.sources.errors import DebeziumSchemaChangedError
-from autocdc.sources.extract import Extraction, ExtractionOptions, resolve_options
-
-APPLIED = "autocdc-applied-batch"
-RAN_ONCE = "autocdc-ran-once"  # a once flow's note: it ran, since its last full refresh
+from autocdc.sources.extract import Extraction, ExtractionOptions
 
 
 @dataclass
@@ -93,10 +87,6 @@ def data_lost(error: BaseException, flow: str, dataset: str) -> SourceDataLostEr
     return SourceDataLostError(flow=flow, dataset=dataset)
 
 
-def say(message: str) -> None:
-    print(f"autocdc: {message}", flush=True)
-
-
 class Runner:
     def __init__(
         self,
@@ -108,8 +98,7 @@ class Runner:
         self.spark = spark
         self.project = project
         self.graph = graph
-        # flow, its dataset, target, query
-        self.queries: list[tuple[Flow, Dataset, str, StreamingQuery]] = []
+        self.queries: list[tuple[Kind, StreamingQuery]] = []  # a continuous run's
         self.events = EventLog.of(project)
         self.progress = progress or Progress()
         self.sources: dict[str, list[dict]] = {}  # flow -> its streaming sources
@@ -143,14 +132,14 @@ class Runner:
         resetting = {name for name in names if options.resets(name)}
         selected = set(names) if options.refresh is None else options.refresh | resetting
         if options.replay_from is not None:
-            selected.add(self._rewind(options.replay_from, resetting))
+            selected.add(self._rewind(options.replay_from, resetting, options))
         for dataset in self.graph.order:
             if dataset.name in resetting:
                 self._reset(dataset)
         for dataset in self.graph.order:
             interrupt.check()
             if dataset.kind == "temporary_view":
-                self._view(dataset)
+                self._view(dataset, options)
             elif dataset.name in selected:
                 self._update(dataset, options)
         if options.continuous:
@@ -159,67 +148,51 @@ class Runner:
             if dataset.kind == "temporary_view":
                 self.spark.catalog.dropTempView(dataset.name)
 
-    def _rewind(self, wanted: replay.Replay, resetting: set[str]) -> str:
+    def _rewind(self, wanted: replay.Replay, resetting: set[str], options: Options) -> str:
         """Rewind the flow ``wanted`` names, before anything is written; its dataset."""
         for view in self.graph.order:
             if view.kind == "temporary_view":
-                self._view(view)
+                self._view(view, options)
         dataset = replay.rewind_flow(
             self.spark, self.project, self.graph, wanted, self.events, self.qualify, resetting
         )
         say(f"flow {wanted.flow}: replaying from {wanted.position}")
         return dataset
 
-    def _view(self, dataset: Dataset) -> None:
-        for flow in self.graph.flows[dataset.name]:
-            assert isinstance(flow, QueryFlow)
-            with session_conf(self.spark, flow.spark_conf):
-                flow.query().createOrReplaceTempView(dataset.name)
+    def _view(self, dataset: Dataset, options: Options) -> None:
+        for kind in self.graph.of(dataset.name):
+            kind.start(self, options)
 
     def _update(self, dataset: Dataset, options: Options) -> None:
-        target = self.qualify(dataset.name)
         if dataset.kind == "materialized_view":
-            (flow,) = self.graph.flows[dataset.name]
-            self.events.write("flow_started", flow=flow.name, target=target)
-            self._materialize(dataset)
-            self.events.write("flow_stopped", flow=flow.name, target=target)
+            (kind,) = self.graph.of(dataset.name)
+            self.events.write("flow_started", flow=kind.name, target=kind.target)
+            kind.start(self, options)
+            self.events.write("flow_stopped", flow=kind.name, target=kind.target)
             return
-        for flow in self.graph.flows[dataset.name]:
+        for kind in self.graph.of(dataset.name):
             try:
                 interrupt.check()
-                query = self._start(flow, dataset, target, options)
+                query = kind.start(self, options)
                 if query is not None and not options.continuous:
                     query.awaitTermination()
                     interrupt.check()  # Ctrl-C stopped it, short of up to date
                 if not options.continuous:  # a triggered run ends with nothing staged
-                    self.apply_staged(flow, target)
+                    kind.apply_staged(self)
             except BaseException as error:
-                lost = data_lost(self.failure or error, flow.name, dataset.name)
-                self.events.write(
-                    "error", flow=flow.name, target=target, error=lost or self.failure or error
-                )
+                lost = data_lost(self.failure or error, kind.name, dataset.name)
+                said = lost or self.failure or error
+                self.events.write("error", flow=kind.name, target=kind.target, error=said)
                 if lost is not None:
                     raise lost from error
                 raise
             if query is None:
                 continue
             if options.continuous:
-                self.queries.append((flow, dataset, target, query))
+                self.queries.append((kind, query))
             else:
-                self._stopped(flow.name, target)
-                say(f"flow {flow.name}: up to date")
-
-    def apply_staged(self, flow: Flow, target: str, due_only: bool = False) -> BatchMetrics | None:
-        """Apply what a flow with ``max_staleness`` staged (``due_only``: if it is due),
-        logged as a batch: at a triggered run's end, by ``autocdc apply``, and in a
-        continuous run when a quiet source leaves staged changes older than allowed."""
-        if not isinstance(flow, CdcFlow) or flow.spec.max_staleness is None:
-            return None
-        engine = g.engine_flow(flow, target)
-        metrics = engine.apply_if_due(self.spark) if due_only else engine.apply_staged(self.spark)
-        if metrics is not None:
-            self._applied(flow.name, target, metrics, None)
-        return metrics
+                self.stopped(kind.name, kind.target)
+                say(f"flow {kind.name}: up to date")
 
     def apply_all(self, names: set[str]) -> None:
         """``autocdc apply``: apply what every flow with ``max_staleness`` into the named
@@ -232,33 +205,16 @@ class Runner:
         for dataset in self.graph.order:
             if dataset.kind == "temporary_view" or (names and dataset.name not in names):
                 continue
-            for flow in self.graph.flows[dataset.name]:
-                if isinstance(flow, CdcFlow) and flow.spec.max_staleness is not None:
+            for kind in self.graph.of(dataset.name):
+                if kind.stages:
                     staging += 1
-                    if self.apply_staged(flow, self.qualify(dataset.name)) is None:
-                        say(f"flow {flow.name}: nothing staged")
+                    if kind.apply_staged(self) is None:
+                        say(f"flow {kind.name}: nothing staged")
         if not staging:
             say("no flow with max_staleness: nothing to apply")
 
-    def _materialize(self, dataset: Dataset) -> None:
-        """Recompute a materialized view, unless a table it reads does not exist yet: an
-        AUTO CDC target is created by its first micro-batch, which a continuous run has
-        not waited for, and a source with nothing in it yet never runs one."""
-        target = self.qualify(dataset.name)
-        missing = self._missing_inputs(dataset)
-        if missing:
-            say(f"materialized view {target}: waiting for {', '.join(missing)} (no rows yet)")
-            return
-        (flow,) = self.graph.flows[dataset.name]
-        assert isinstance(flow, QueryFlow)
-        with session_conf(self.spark, flow.spark_conf):
-            df = flow.query()
-            df.write.format("delta").mode("overwrite").option(
-                "overwriteSchema", "true"
-            ).saveAsTable(target)
-        say(f"materialized view {target}: {self.spark.table(target).count()} rows")
-
-    def _missing_inputs(self, dataset: Dataset) -> list[str]:
+    def missing_inputs(self, dataset: Dataset) -> list[str]:
+        """The tables ``dataset`` reads that do not exist yet (temporary views aside)."""
         kinds = {d.name: d.kind for d in self.graph.order}
         return sorted(
             self.qualify(name)
@@ -267,12 +223,13 @@ class Runner:
             and not self.spark.catalog.tableExists(self.qualify(name))
         )
 
-    def _started(self, flow: str, target: str, df: DataFrame | None) -> None:
+    def started(self, flow: str, target: str, df: DataFrame | None) -> None:
+        """Log a flow starting (``df``: its streaming source, whose position is logged)."""
         streaming = df is not None and df.isStreaming
         self.sources[flow] = pos.sources(df, self.project.root) if streaming else []
         self.progress.started(flow, self._flow_event("flow_started", flow, target))
 
-    def _stopped(self, flow: str, target: str) -> None:
+    def stopped(self, flow: str, target: str) -> None:
         self.progress.stopped(flow, self._flow_event("flow_stopped", flow, target))
 
     def _flow_event(self, event_type: str, flow: str, target: str) -> pos.Lag | None:
@@ -286,7 +243,7 @@ class Runner:
         self.events.write(event_type, flow=flow, target=target, position=position, lag=lag)
         return lag
 
-    def _applied(
+    def applied(
         self,
         flow: str,
         target: str,
@@ -314,100 +271,24 @@ class Runner:
         number = metrics.batch_id if stream_batch_id is None else stream_batch_id
         self.progress.batch(flow, number, metrics.rows_in, metrics.seconds, lag)
 
-    def _apply(self, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame) -> BatchMetrics:
+    def guarded(self, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame) -> BatchMetrics:
+        """``apply(df)``, its error kept as the run's failure (Spark wraps it, when raised
+        inside a streaming query's ``foreachBatch``)."""
         try:
             return apply(df)
         except BaseException as error:
             self.failure = self.failure or error
             raise
 
-    def _snapshots(
-        self, flow: SnapshotFlow, dataset: Dataset, target: str, options: Options
-    ) -> None:
-        """Apply every snapshot newer than the last one processed, each logged as a batch."""
-        self._started(flow.name, target, None)
+    def triggered(self, writer: DataStreamWriter, flow: str, options: Options) -> DataStreamWriter:
+        """A flow's streaming writer, checkpointed in its folder, on the run's trigger."""
+        checkpoint = str(self.project.checkpoint(flow))
+        writer = writer.option("checkpointLocation", checkpoint).queryName(flow)
+        if options.continuous:
+            return writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
+        return writer.trigger(availableNow=True)
 
-        def applied(version: int, metrics: BatchMetrics) -> None:
-            say(f"flow {flow.name}: snapshot {version} applied")
-            self._applied(flow.name, target, metrics, None)
-            interrupt.check()  # a safe point: the snapshot and its version are recorded
-
-        engine = g.snapshot_flow(flow, target)
-        expected = dataset.name in options.expect_deletes
-        if flow.extraction is None:
-            engine.run(self.spark, flow.source, applied, expected)
-        else:  # a STATELESS extraction: this run's read is the next snapshot
-            step = self._step(flow.name, flow.extraction, dataset.name)
-            chosen = resolve_options(options.extract, None, flow.extraction.options)
-            # A snapshot is numbered by run: the read's own sequence is not needed.
-            step.run(
-                self.spark,
-                chosen,
-                lambda df, _: self._snapshot_view(engine, df, applied, expected),
-            )
-        self._stopped(flow.name, target)
-
-    def _snapshot_view(
-        self,
-        engine: AutoCdcSnapshotFlow,
-        snapshot: DataFrame,
-        applied: Callable[[int, BatchMetrics], None],
-        expect_deletes: bool,
-    ) -> None:
-        """Apply an extraction's read as the next snapshot of a view, so it is numbered by
-        run as any view is (:mod:`autocdc.engine.snapshot`: a number a killed attempt
-        used is not given to other rows)."""
-        view = "__autocdc_snapshot_" + re.sub(r"\W", "_", engine.flow_name)
-        snapshot.createOrReplaceTempView(view)
-        try:
-            engine.run(self.spark, view, applied, expect_deletes)
-        finally:
-            self.spark.catalog.dropTempView(view)
-
-    def _start(
-        self, flow: Flow, dataset: Dataset, target: str, options: Options
-    ) -> StreamingQuery | None:
-        if isinstance(flow, SnapshotFlow):
-            self._snapshots(flow, dataset, target, options)
-            return None
-        checkpoint = self.project.checkpoint(flow.name)
-        replay.finish(checkpoint)  # a replay's rewind a kill interrupted
-        ran = checkpoint / RAN_ONCE
-        if isinstance(flow, CdcFlow) and flow.once and ran.is_file():
-            say(f"flow {flow.name}: ran once already (a full refresh of {target} runs it again)")
-            return None
-        with session_conf(self.spark, getattr(flow, "spark_conf", {})):
-            df = g.build(flow, dataset, self.spark, target)
-            self._started(flow.name, target, df)
-            self._follow_a_move(flow.name, dataset.name, checkpoint)
-            if isinstance(flow, CdcFlow):
-                if flow.extraction is not None:
-                    self._extract(flow, dataset, target, options)
-                    self._stopped(flow.name, target)
-                    return None
-                engine = g.engine_flow(flow, target)
-                if not df.isStreaming:  # a batch source: the whole table is one batch
-                    self._applied(flow.name, target, self._apply(engine.apply, df), None)
-                    if flow.once:
-                        checkpoint.mkdir(parents=True, exist_ok=True)
-                        ran.touch()
-                    self._stopped(flow.name, target)
-                    return None
-                writer = df.writeStream.foreachBatch(self._applier(engine, target, checkpoint))
-            else:
-                writer = df.writeStream.format("delta").outputMode("append")
-                if dataset.partition_cols:
-                    writer = writer.partitionBy(*dataset.partition_cols)
-            writer = writer.option("checkpointLocation", str(checkpoint)).queryName(flow.name)
-            if options.continuous:
-                writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
-            else:
-                writer = writer.trigger(availableNow=True)
-            if isinstance(flow, CdcFlow):
-                return writer.start()
-            return writer.toTable(target)
-
-    def _follow_a_move(self, flow: str, dataset: str, checkpoint: Path) -> None:
+    def follow_a_move(self, flow: str, dataset: str, checkpoint: Path) -> None:
         """A checkpoint that names files elsewhere (Spark keeps absolute paths) is translated
         when the whole project moved with its sources (the run holds the lock), and refused
         when a source moved on its own, before Spark fails on it or reads files twice."""
@@ -426,27 +307,8 @@ class Runner:
         say(f"{said} ({rewritten} source logs translated)")
         self.events.write("checkpoint_moved", flow=flow, message=said)
 
-    def _extract(
-        self,
-        flow: CdcFlow,
-        dataset: Dataset,
-        target: str,
-        run: Options,
-    ) -> None:
-        """One run of a flow that reads an extraction source: its rows read, applied as one
-        batch in the order of the read, then its checkpoint moved (:mod:`extraction`)."""
-        source = flow.extraction
-        assert source is not None
-        step = self._step(flow.name, source, dataset.name)
-        options = resolve_options(run.extract, flow.extract_options, source.options)
-
-        def apply(df: DataFrame, read: int) -> BatchMetrics:
-            return self._apply(g.engine_flow(flow, target, read).apply, df)
-
-        done = step.run(self.spark, options, apply)
-        self._applied(flow.name, target, done.result, None, [done.position(source.name)])
-
-    def _step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step:
+    def extraction_step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step:
+        """One run of an extraction source for ``flow`` (:mod:`extraction`)."""
         return extraction.Step(
             source=source,
             flow=flow,
@@ -458,23 +320,6 @@ class Runner:
             say=say,
         )
 
-    def _applier(self, engine: AutoCdcFlow, target: str, checkpoint: Path):
-        note = checkpoint / APPLIED
-        name = engine.name or engine.target
-
-        def apply(batch: DataFrame, batch_id: int) -> None:
-            if note.is_file() and int(note.read_text()) >= batch_id:
-                say(f"flow {name}: batch {batch_id} already applied")
-                return
-            # The event before the note: a crash between them replays the batch (a no-op
-            # in the engine) and logs it twice rather than never.
-            self._applied(name, target, self._apply(engine.apply, batch), batch_id)
-            partial = note.with_suffix(".tmp")
-            partial.write_text(str(batch_id))
-            partial.replace(note)
-
-        return apply
-
     @staticmethod
     def _log(metrics: BatchMetrics) -> None:
         """The batch's outcome in words (``autocdc history`` has every count)."""
@@ -485,12 +330,9 @@ class Runner:
         """Full refresh: drop the dataset's table (with its autocdc state and quarantine)
         and its flows' checkpoints, so the next run reprocesses the sources."""
         target = self.qualify(dataset.name)
-        for flow in self.graph.flows[dataset.name]:
-            shutil.rmtree(self.project.checkpoint(flow.name), ignore_errors=True)
-            if isinstance(flow, CdcFlow):
-                g.engine_flow(flow, target).full_refresh(self.spark)
-            elif isinstance(flow, SnapshotFlow):
-                g.snapshot_flow(flow, target).full_refresh(self.spark)
+        for kind in self.graph.of(dataset.name):
+            shutil.rmtree(self.project.checkpoint(kind.name), ignore_errors=True)
+            kind.reset(self.spark)
         if self.spark.catalog.tableExists(target):
             location = self.spark.sql(f"DESCRIBE DETAIL {target}").first()["location"]
             self.spark.sql(f"DROP TABLE {target}")
@@ -510,40 +352,42 @@ class Runner:
         while not (stop or interrupt.requested()):
             deadline = time.monotonic() + interval
             while not (stop or interrupt.requested()) and time.monotonic() < deadline:
-                for i, (flow, dataset, target, query) in enumerate(self.queries):
+                for i, (kind, query) in enumerate(self.queries):
                     error = query.exception()
                     if error is None:
                         continue
                     cause = self.failure or error
-                    ours = raised_in_worker(cause) or data_lost(cause, flow.name, dataset.name)
-                    self.events.write("error", flow=flow.name, target=target, error=ours or cause)
+                    ours = raised_in_worker(cause) or data_lost(cause, kind.name, kind.dataset.name)
+                    said = ours or cause
+                    self.events.write("error", flow=kind.name, target=kind.target, error=said)
                     if isinstance(ours, SourceDataLostError):
                         raise ours from error
                     if not isinstance(ours, DebeziumSchemaChangedError):
                         raise error
                     self.failure = None
-                    self.queries[i] = (flow, dataset, target, self._restart(flow, dataset, options))
+                    self.queries[i] = (kind, self._restart(kind, options))
                 time.sleep(0.2)
-            for flow, _dataset, target, _query in self.queries:
+            for kind, _query in self.queries:
                 if not (stop or interrupt.requested()):
-                    self.apply_staged(flow, target, due_only=True)
+                    kind.apply_staged(self, due_only=True)
             for dataset in self.graph.order:
                 if dataset.kind == "materialized_view" and not (stop or interrupt.requested()):
-                    self._materialize(dataset)
-        for flow, _dataset, target, query in self.queries:
+                    for kind in self.graph.of(dataset.name):
+                        kind.start(self, options)
+        for kind, query in self.queries:
             query.stop()
-            self._stopped(flow.name, target)
+            self.stopped(kind.name, kind.target)
         interrupt.check()  # Ctrl-C exits 130 here too, as at any other moment
         say("stopped")
 
-    def _restart(self, flow: Flow, dataset: Dataset, options: Options) -> StreamingQuery:
-        """Start ``flow``'s query again over views built again: a Debezium source whose
+    def _restart(self, kind: Kind, options: Options) -> StreamingQuery:
+        """Start a flow's query again over views built again: a Debezium source whose
         events gained a column takes it (the failed micro-batch was not applied, and runs
         again from the checkpoint)."""
-        say(f"flow {flow.name}: its source's events gained columns; starting it again")
+        say(f"flow {kind.name}: its source's events gained columns; starting it again")
         for view in self.graph.order:
             if view.kind == "temporary_view":
-                self._view(view)
-        query = self._start(flow, dataset, self.qualify(dataset.name), options)
+                self._view(view, options)
+        query = kind.start(self, options)
         assert query is not None
         return query
