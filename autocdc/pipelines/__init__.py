@@ -23,7 +23,7 @@ from pyspark.pipelines.api import (
 )
 from pyspark.pipelines.graph_element_registry import get_active_graph_element_registry
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.snapshot import (
@@ -195,6 +195,7 @@ def create_auto_cdc_from_snapshot_flow(
     track_history_except_column_list: list[str] | None = None,
     name: str | None = None,
     max_delete_fraction: float | None = DEFAULT_MAX_DELETE_FRACTION,
+    sequence_by: str | Column | None = None,
 ) -> None:
     """Make the streaming table ``target`` follow full snapshots of ``source`` (AUTO CDC
     FROM SNAPSHOT): each run diffs the next snapshot against the target, so a new key is
@@ -206,7 +207,9 @@ def create_auto_cdc_from_snapshot_flow(
     returns ``(DataFrame, version)`` or None, called until it returns None; see
     ``autocdc.AutoCdcSnapshotFlow``. The declaration is checked here, so a bad option
     names this line. A snapshot that would delete more than ``max_delete_fraction`` of
-    the target is refused unless the run expects it (None: no guard).
+    the target is refused unless the run expects it (None: no guard). ``sequence_by``
+    (autocdc): the snapshot's position on the clock of change flows into the same SCD
+    type 1 target, which it may then share with them (docs/pipelines.md).
     """
     from autocdc.pipelines.declare.registry import SnapshotFlow, where
 
@@ -216,6 +219,7 @@ def create_auto_cdc_from_snapshot_flow(
         "stored_as_scd_type": stored_as_scd_type,
         "track_history_column_list": track_history_column_list,
         "track_history_except_column_list": track_history_except_column_list,
+        "sequence_by": sequence_by,
     }
     options = {k: v for k, v in options.items() if v is not None}
     options["max_delete_fraction"] = max_delete_fraction  # None here turns the guard off

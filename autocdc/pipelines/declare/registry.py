@@ -126,10 +126,10 @@ _SNAPSHOT_OPTIONS = (
     "stored_as_scd_type",
     "track_history_column_list",
     "track_history_except_column_list",
+    "sequence_by",
 )
 _CDC_OPTIONS = (
     *_SNAPSHOT_OPTIONS,
-    "sequence_by",
     "apply_as_deletes",
     "apply_as_truncates",
     "column_list",

@@ -27,7 +27,7 @@ from pyspark.sql.types import LongType
 from autocdc.engine.errors import AutoCdcError, DefinitionChangedError, TargetNotPartialError
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.snapshot import AutoCdcSnapshotFlow
-from autocdc.engine.stage import col
+from autocdc.engine.stage import col, sequence_type
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
@@ -180,7 +180,9 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
         cdc = [f for f in into if isinstance(f, CdcFlow)]
         _check_agree(cdc)
         if any(f.spec.partial for f in cdc):
-            flows[name] = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
+            flows[name] = into = [_partial(f) if isinstance(f, CdcFlow) else f for f in into]
+        if cdc and any(isinstance(f, SnapshotFlow) for f in into):  # one clock for all
+            flows[name] = [_on_clock(f) if isinstance(f, CdcFlow) else f for f in into]
     return flows
 
 
@@ -208,11 +210,21 @@ def _partial(flow: CdcFlow) -> CdcFlow:
     return dataclasses.replace(flow, spec=respec(flow.spec, partial_target=True))
 
 
+def _on_clock(flow: CdcFlow) -> CdcFlow:
+    """The change flow on the clock it shares with a snapshot flow into its target."""
+    return dataclasses.replace(flow, spec=respec(flow.spec, snapshot_target=True))
+
+
 def _check_alone(flows: list[Flow]) -> None:
-    """A snapshot flow deletes every key its snapshot lacks: it cannot share a target."""
+    """A snapshot flow deletes every key its snapshot lacks: it shares a target only with
+    change flows, and only when it places its snapshots on their clock (``sequence_by``)."""
     snapshot = next((f for f in flows if isinstance(f, SnapshotFlow)), None)
-    if snapshot is not None and len(flows) > 1:
-        other = next(f for f in flows if f is not snapshot)
+    if snapshot is None or len(flows) == 1:
+        return
+    others = [f for f in flows if f is not snapshot]
+    alone = snapshot.spec.sequence_by is None
+    if alone or not all(isinstance(f, CdcFlow) for f in others):
+        other = next(f for f in others if alone or not isinstance(f, CdcFlow))
         raise SnapshotTargetSharedError(
             where=snapshot.where,
             flow=snapshot.name,
@@ -249,6 +261,20 @@ def _check_agree(flows: list[CdcFlow]) -> None:
                     first=flows[0].where,
                     other_value=other,
                 )
+
+
+def _check_clock(built: list[tuple[Flow, DataFrame | None]], target: str) -> None:
+    """A snapshot flow sharing its target: its position must be of the change flows'
+    sequence type, checked before anything runs."""
+    frames = [(f, df) for f, df in built if df is not None]
+    snapshot = next(((f, df) for f, df in frames if isinstance(f, SnapshotFlow)), None)
+    if snapshot is None or snapshot[0].spec.sequence_by is None:
+        return
+    engine = snapshot_flow(snapshot[0], target)
+    for flow, df in frames:
+        if isinstance(flow, CdcFlow):
+            changes = sequence_type(df, engine_flow(flow, target))
+            engine.check_clock(changes, snapshot[1], f"change flow `{flow.name}`'s")
 
 
 def _not_found(error: AnalysisException) -> str | None:
@@ -304,6 +330,7 @@ def resolve(
                             for f in flows[name]
                         ]
                         frames = [(f, df) for f, df in built if df is not None]
+                        _check_clock(built, qualify(name))
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
