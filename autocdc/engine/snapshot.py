@@ -61,7 +61,7 @@ from autocdc.engine.errors import (
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.spec import ColumnOrSql, scd_type_from_str, to_column
-from autocdc.engine.stage import col
+from autocdc.engine.stage import any_null, col
 from autocdc.engine.state import comparable
 
 # The changes' own columns, which the inner flow keeps out of the target.
@@ -409,10 +409,11 @@ class AutoCdcSnapshotFlow(BaseModel):
         driver's time zone in Python); refused unless every row gives the same non-NULL
         value (an empty snapshot: ``sequence_by`` must be a literal)."""
         at = to_column(self.sequence_by)
+        null = any_null(at, snapshot.select(at).schema[0].dataType)  # a field of a struct too
         found = snapshot.agg(
             F.min(at).alias(_POSITION),
             F.count(F.lit(1)).alias("rows"),
-            F.count(F.when(at.isNull(), 1)).alias("nulls"),
+            F.count(F.when(null, 1)).alias("nulls"),
             F.coalesce(F.min(at) == F.max(at), F.lit(True)).alias("one"),
             F.concat_ws(" to ", F.min(at).cast("string"), F.max(at).cast("string")).alias("says"),
         ).localCheckpoint()
@@ -425,7 +426,7 @@ class AutoCdcSnapshotFlow(BaseModel):
         elif not row["rows"]:
             try:
                 found = snapshot.sparkSession.range(1).select(at.alias(_POSITION))
-                empty = found.where(col(_POSITION).isNull()).count()
+                empty = found.where(null).count()
             except AnalysisException:
                 empty = 1
             if empty:
