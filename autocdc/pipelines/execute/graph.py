@@ -138,8 +138,9 @@ def _placeholder(flow: Flow, df: DataFrame) -> DataFrame:
     type 2, of the sequence's type: a snapshot's version is a bigint)."""
     if isinstance(flow, QueryFlow):
         return df
-    if isinstance(flow, SnapshotFlow):
-        out, seq_type = df, LongType()
+    if isinstance(flow, SnapshotFlow):  # its position's column is not the target's
+        position = flow.spec.sequence_by
+        out, seq_type = (df.drop(position) if isinstance(position, str) else df), LongType()
         scd_type = flow.spec.stored_as_scd_type
     else:
         engine = engine_flow(flow, flow.target)  # an extraction flow's sequence: the read's
