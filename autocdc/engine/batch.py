@@ -141,6 +141,7 @@ class Plan:
             or self.merge is not None
             or self.load is not None
             or self.late is not None
+            or self.horizons is not None
         )
 
 

@@ -339,6 +339,23 @@ class SnapshotInvalidVersionError(EngineError):
     )
 
 
+class SnapshotSequenceError(EngineError):
+    error_class = "AUTOCDC_SNAPSHOT_SEQUENCE"
+    template = (
+        "Snapshot flow `{flow}` into `{target}` cannot share the target's clock: {why}. {remedy}"
+    )
+
+
+class SnapshotPositionError(EngineError):
+    error_class = "AUTOCDC_SNAPSHOT_POSITION"
+    template = (
+        "Snapshot version {version} for `{target}` has no single position: its "
+        "sequence_by gives {found}; nothing was written. A snapshot is taken at one point "
+        "of the change feed: give every row the same non-NULL value (the LSN, offset or "
+        "time it was taken at), or a literal."
+    )
+
+
 class JarsUnresolvedError(EngineError):
     error_class = "AUTOCDC_JARS_UNRESOLVED"
     template = (

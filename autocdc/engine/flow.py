@@ -82,8 +82,9 @@ class AutoCdcFlow(FlowDefinition):
     def of(cls, definition: FlowDefinition, **placed: Any) -> AutoCdcFlow:
         """The running flow of ``definition`` (validated when it was declared, not again),
         with what a run decides for it (``placed``: its qualified ``target``, the
-        target's ``cluster_by``, ``table_properties`` and ``partial_target``, an
-        extraction read's ``sequence_by``), knowing nothing of its tables yet."""
+        target's ``cluster_by``, ``table_properties``, ``partial_target`` and
+        ``snapshot_target``, an extraction read's ``sequence_by``), knowing nothing of its
+        tables yet."""
         fields = {name: getattr(definition, name) for name in FlowDefinition.model_fields}
         return cls.model_construct(
             _fields_set=definition.model_fields_set | set(placed), **{**fields, **placed}

@@ -599,11 +599,19 @@ def plan(batch: Batch) -> Plan:
     if full.grouped:
         touched = regroup(touched, old_state, full)
     new_horizons = None
-    if batch.counts.truncates:
+    if batch.counts.truncates and _moved(bounds):
         new_horizons = bounds.select(
             col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
         ).localCheckpoint()
     return _planned(batch, full, events, touched, new_horizons)
+
+
+def _moved(bounds: DataFrame) -> bool:
+    """Whether the batch's truncate moves the truncate horizon: then it is committed even
+    when no key's state changes (a truncate into an empty target, or above keys deleted
+    already), or an older upsert of a key not yet seen would be applied after it."""
+    moved = F.coalesce(col(NEW_TRUNC) > col(M_TRUNC), col(NEW_TRUNC).isNotNull())
+    return bool(bounds.select(moved).first()[0])
 
 
 def _loaded(batch: Batch, layout: st.Layout, touched: DataFrame) -> Plan:

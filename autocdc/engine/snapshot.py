@@ -25,6 +25,12 @@ between the two commits is harmless:
   committed apply takes one batch id, so a numbered snapshot gets the recorded version +
   1 + the batches committed since the record: an attempt whose record was lost has used
   up its number. Numbers only need to ascend; a gap is harmless.
+
+**A target shared with change flows** (``sequence_by`` set, SCD type 1): the snapshot is
+placed on the change feed's clock at its position S, as :mod:`autocdc.engine.clock`
+defines: one batch of a TRUNCATE at S and an upsert of every row just above S (not a
+diff: an unchanged row must still outrank the older changes it covers). The version
+numbers above still say which snapshots were processed; S orders them against changes.
 """
 
 from __future__ import annotations
@@ -38,25 +44,30 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
-from autocdc.engine import tables
+from autocdc.engine import clock, tables
+from autocdc.engine import state as st
 from autocdc.engine.errors import (
     ReservedColumnError,
     SnapshotDuplicateKeyError,
     SnapshotInvalidVersionError,
     SnapshotMassDeleteError,
     SnapshotNullKeyError,
+    SnapshotPositionError,
+    SnapshotSequenceError,
     SnapshotVersionNotNewerError,
 )
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.spec import FlowDefinition, scd_type_from_str
-from autocdc.engine.stage import col
+from autocdc.engine.spec import ColumnOrSql, FlowDefinition, scd_type_from_str, to_column
+from autocdc.engine.stage import any_null, col
 from autocdc.engine.state import comparable
 
 # The changes' own columns, which the inner flow keeps out of the target.
 VERSION = "__snapshot_version"
 DELETED = "__snapshot_deleted"
+TRUNCATED = "__snapshot_truncated"  # a target shared with change flows: the cover at S
 PROP_VERSION = "autocdc.snapshotVersion"
 PROP_BATCH = "autocdc.snapshotBatch"
 # Working columns of the diff, dropped before the inner flow sees it: `__autocdc` names,
@@ -64,6 +75,7 @@ PROP_BATCH = "autocdc.snapshotBatch"
 _ROWS = "__autocdc_snapshot_rows"  # the snapshot's rows with this row's key
 _LIVE = "__autocdc_snapshot_live"
 _PROBLEM = "__autocdc_snapshot_problem"
+_POSITION = "__autocdc_snapshot_position"
 _DUPLICATE_KEY, _NULL_KEY = "duplicate key", "null key"
 _LONG = range(-(2**63), 2**63)
 DEFAULT_MAX_DELETE_FRACTION = 0.5
@@ -135,7 +147,7 @@ class SnapshotDefinition(BaseModel):
     SnapshotDefinition(target='customers', keys=['id'], stored_as_scd_type=2, ...)
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     target: str = Field(min_length=1, description="Target table, `table` or `db.table`.")
     keys: list[str] = Field(description="Columns that identify a row of a snapshot.")
@@ -147,6 +159,14 @@ class SnapshotDefinition(BaseModel):
     # unless the apply expects it: an empty read after a failed export looks exactly like
     # a source whose rows were all deleted. None: no guard.
     max_delete_fraction: float | None = Field(default=DEFAULT_MAX_DELETE_FRACTION, ge=0, le=1)
+    sequence_by: ColumnOrSql | None = Field(
+        default=None,
+        description="autocdc: the snapshot's position on the clock of the change flows "
+        "into the same target (an LSN, an offset, a time; of their sequence's type): a "
+        "column of the snapshot, the same on every row (kept out of the target), an SQL "
+        "expression or Column over its rows, or a literal. Set, the target may be shared "
+        "with change flows (SCD type 1); see autocdc.engine.clock.",
+    )
 
     @field_validator("stored_as_scd_type", mode="before")
     @classmethod
@@ -155,21 +175,41 @@ class SnapshotDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> SnapshotDefinition:
+        if self.sequence_by is not None and self.stored_as_scd_type == 2:
+            raise SnapshotSequenceError(
+                flow=self.flow_name,
+                target=self.target,
+                why="SCD type 2 is not supported with `sequence_by` (a snapshot "
+                "shares only an SCD type 1 target with change flows)",
+                remedy="Use stored_as_scd_type=1, or drop `sequence_by` and give the "
+                "snapshot flow a target of its own.",
+            )
         FlowDefinition(**self._changes_fields())  # raises what the flow of its changes would
         return self
 
     def _changes_fields(self) -> dict[str, Any]:
-        """The definition of the flow that applies each snapshot's changes."""
-        return {
+        """The definition of the flow that applies each snapshot's changes: the diff's
+        deletes, or on a clock shared with change flows (``sequence_by``, SCD type 1) the
+        truncate that covers every change at or below the snapshot's position."""
+        changes = {
             "target": self.target,
             "keys": self.keys,
             "sequence_by": VERSION,
+            "name": self.name,
+        }
+        if self.sequence_by is not None:
+            return {
+                **changes,
+                "apply_as_truncates": tables.ident(TRUNCATED),
+                "except_column_list": [VERSION, TRUNCATED],
+            }
+        return {
+            **changes,
             "apply_as_deletes": tables.ident(DELETED),
             "except_column_list": [VERSION, DELETED],
             "stored_as_scd_type": self.stored_as_scd_type,
             "track_history_column_list": self.track_history_column_list,
             "track_history_except_column_list": self.track_history_except_column_list,
-            "name": self.name,
         }
 
     @property
@@ -219,13 +259,48 @@ class AutoCdcSnapshotFlow(SnapshotDefinition):
     def check(self, snapshot: DataFrame, fresh: bool = False) -> None:
         """Raise what applying a snapshot of ``snapshot``'s schema would raise before
         reading it, writing nothing (``fresh``: as for a new target)."""
-        taken = [c for c in snapshot.columns if c.lower() in (VERSION, DELETED)]
+        taken = [c for c in snapshot.columns if c.lower() in (VERSION, DELETED, TRUNCATED)]
         if taken:
             raise ReservedColumnError(columns=taken)
-        changes = snapshot.select(
-            "*", F.lit(False).alias(DELETED), F.lit(0).cast("long").alias(VERSION)
+        if self.sequence_by is None:
+            changes = snapshot.select(
+                "*", F.lit(False).alias(DELETED), F.lit(0).cast("long").alias(VERSION)
+            )
+            self._changes.check(changes, fresh)
+            return
+        if not fresh:
+            self._check_clock(snapshot)
+        self._changes.check(self._upserts(snapshot), fresh)
+
+    def check_clock(self, changes: DataType | str, snapshot: DataFrame, other: str) -> None:
+        """Refuse sharing the target with ``other`` (a change flow, or the stored target),
+        whose sequence type is ``changes``, unless it is the clock the snapshot's position
+        (``sequence_by`` over ``snapshot``) is placed on: checked before anything runs."""
+        position = snapshot.select(to_column(self.sequence_by)).schema[0].dataType
+        found = changes if isinstance(changes, str) else changes.simpleString()
+        if found != clock.shared_type(position).simpleString():
+            self._incomparable(found, position.simpleString(), other)
+
+    def _check_clock(self, snapshot: DataFrame) -> None:
+        """Against the stored target (once it exists): its sequence type."""
+        spark, state = snapshot.sparkSession, self._changes.state_table
+        if tables.exists(spark, state):
+            stored = st.stored_definition(spark, state).get(st.PROP_SEQUENCE, "")
+            self.check_clock(stored, snapshot, "the stored target's")
+
+    def _incomparable(self, changes: str, position: str, other: str) -> None:
+        tiered = clock.TIER_FIELD in changes
+        raise SnapshotSequenceError(
+            flow=self.flow_name,
+            target=self.target,
+            why=f"{other} sequence is {changes}, the snapshot's position (`sequence_by`) "
+            f"is {position}"
+            + ("" if tiered else ", and the change flows are not declared snapshot_target"),
+            remedy="Make `sequence_by` give the change flows' sequence type (CAST it, or "
+            "autocdc.hex_sequence for an LSN or a _CHANGE_SEQUENCE_NUMBER), declare "
+            "snapshot_target=True on every change flow into the target (a pipeline does "
+            "it), and start the target over with a full refresh if it was built without.",
         )
-        self._changes.check(changes, fresh)
 
     def apply(
         self, snapshot: DataFrame, version: int, expect_deletes: bool = False
@@ -318,10 +393,73 @@ class AutoCdcSnapshotFlow(SnapshotDefinition):
         spark = snapshot.sparkSession
         self.check(snapshot)
         limit = None if expect_deletes else self.max_delete_fraction
-        metrics = self._changes.apply(self._diff(snapshot, version, limit))
+        if self.sequence_by is None:
+            changes = self._diff(snapshot, version, limit)
+        else:
+            changes = self._covering(snapshot, version, limit)
+        metrics = self._changes.apply(changes)
         props = f"'{PROP_VERSION}' = '{version}', '{PROP_BATCH}' = '{metrics.batch_id}'"
         spark.sql(f"ALTER TABLE {tables.quote(self.target)} SET TBLPROPERTIES ({props})")
         return metrics
+
+    def _rows(self, snapshot: DataFrame) -> list[str]:
+        """The snapshot's columns the target takes: all but the one ``sequence_by`` names."""
+        named = self.sequence_by if isinstance(self.sequence_by, str) else None
+        return [c for c in snapshot.columns if c != named]
+
+    def _upserts(self, snapshot: DataFrame) -> DataFrame:
+        """Every row of the snapshot as an upsert just above its position."""
+        return snapshot.select(
+            *[col(c) for c in self._rows(snapshot)],
+            F.lit(False).alias(TRUNCATED),
+            clock.tiered(to_column(self.sequence_by), clock.SNAPSHOT).alias(VERSION),
+        )
+
+    def _covering(self, snapshot: DataFrame, version: int, limit: float | None) -> DataFrame:
+        """The batch that places ``snapshot`` on the shared clock: a TRUNCATE at its
+        position and every row as an upsert just above it (the checks of :meth:`_diff`
+        first)."""
+        rows = self._rows(snapshot)
+        position = self._position(snapshot, version)
+        self._diff(snapshot.select(*[col(c) for c in rows]), version, limit)
+        types = {f.name: f.dataType for f in snapshot.schema.fields}
+        cover = position.select(
+            *[F.lit(None).cast(types[c]).alias(c) for c in rows],
+            F.lit(True).alias(TRUNCATED),
+            clock.tiered(col(_POSITION), clock.CHANGE).alias(VERSION),
+        )
+        return self._upserts(snapshot).unionByName(cover)
+
+    def _position(self, snapshot: DataFrame, version: int) -> DataFrame:
+        """The snapshot's position, one row (kept in Spark: a timestamp would pick up the
+        driver's time zone in Python); refused unless every row gives the same non-NULL
+        value (an empty snapshot: ``sequence_by`` must be a literal)."""
+        at = to_column(self.sequence_by)
+        null = any_null(at, snapshot.select(at).schema[0].dataType)  # a field of a struct too
+        found = snapshot.agg(
+            F.min(at).alias(_POSITION),
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(null, 1)).alias("nulls"),
+            F.coalesce(F.min(at) == F.max(at), F.lit(True)).alias("one"),
+            F.concat_ws(" to ", F.min(at).cast("string"), F.max(at).cast("string")).alias("says"),
+        ).localCheckpoint()
+        row = found.first()
+        problem = None
+        if row["nulls"]:
+            problem = f"NULL in {row['nulls']} of its {row['rows']} rows"
+        elif not row["one"]:
+            problem = f"several values, {row['says']}"
+        elif not row["rows"]:
+            try:
+                found = snapshot.sparkSession.range(1).select(at.alias(_POSITION))
+                empty = found.where(null).count()
+            except AnalysisException:
+                empty = 1
+            if empty:
+                problem = "no row to read it from (an empty snapshot needs a literal)"
+        if problem is not None:
+            raise SnapshotPositionError(target=self.target, version=version, found=problem)
+        return found.select(_POSITION)
 
     def _diff(self, snapshot: DataFrame, version: int, limit: float | None) -> DataFrame:
         """The changes that take the target to ``snapshot``, materialized (one pass over

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from autocdc.engine import change_rows
+from autocdc.engine import change_rows, clock
 from autocdc.engine.errors import (
     ColumnNotSelectedError,
     ConflictingColumnListsError,
@@ -48,6 +48,7 @@ from autocdc.engine.errors import (
     MaxStalenessUnsupportedError,
     ReservedColumnError,
     SequenceGroupsError,
+    SnapshotSequenceError,
     TrackHistoryColumnNotSelectedError,
     TrackHistoryWithScd1Error,
     TruncateWithScd2Error,
@@ -205,6 +206,13 @@ class FlowDefinition(BaseModel):
         "columns_to_update and the ignore-null options; declare it on full-row flows into "
         "a target another flow updates partially (a pipeline does that for you).",
     )
+    snapshot_target: bool = Field(
+        default=False,
+        description="autocdc: a snapshot flow with `sequence_by` also writes the target "
+        "(SCD type 1): the flow's sequences then sit on the clock it shares with the "
+        "snapshots (see autocdc.engine.clock). Declare it on every change flow into "
+        "such a target (a pipeline does that for you).",
+    )
     sequence_groups: dict[str, list[str]] | None = Field(
         default=None,
         description="autocdc: the target's sequence groups, each a name and the value "
@@ -327,7 +335,27 @@ class FlowDefinition(BaseModel):
         self._check_partial()
         self._check_groups()
         self._check_staleness()
+        if self.snapshot_target:
+            self.check_snapshot_target()
         return self
+
+    def check_snapshot_target(self) -> None:
+        """A snapshot shares only an SCD type 1 target, and one clock (no groups): checked
+        for a flow declared ``snapshot_target``, and by a pipeline for each change flow it
+        puts on a snapshot's clock (a running flow is not validated again)."""
+        why = None
+        if self.stored_as_scd_type == 2:
+            why = "SCD type 2 is not supported for a target shared with snapshots"
+        elif self.sequence_groups is not None:
+            why = "a target with sequence groups takes no snapshot (it takes no truncate)"
+        if why is not None:
+            raise SnapshotSequenceError(
+                flow=self.flow_name,
+                target=self.target,
+                why=why,
+                remedy="Give the snapshot flow a target of its own, or make this one "
+                "SCD type 1 without groups.",
+            )
 
     def _check_staleness(self) -> None:
         """Staged batches are applied as one: exact for full-row upserts only."""
@@ -509,12 +537,15 @@ class FlowDefinition(BaseModel):
 
     def sequence_column(self) -> Column:
         """The sequence as one orderable value (a struct for a list of columns, or for
-        ``_CHANGE_SEQUENCE_NUMBER`` when there is no ``sequence_by``)."""
+        ``_CHANGE_SEQUENCE_NUMBER`` when there is no ``sequence_by``), on the clock shared
+        with snapshots when ``snapshot_target``."""
         if self.sequence_by is None:
-            return change_rows.sequence()
-        if isinstance(self.sequence_by, list):
-            return F.struct(*[F.col(ident(c)) for c in self.sequence_by])
-        return to_column(self.sequence_by)
+            declared = change_rows.sequence()
+        elif isinstance(self.sequence_by, list):
+            declared = F.struct(*[F.col(ident(c)) for c in self.sequence_by])
+        else:
+            declared = to_column(self.sequence_by)
+        return clock.tiered(declared, clock.CHANGE) if self.snapshot_target else declared
 
     def resolve(
         self,

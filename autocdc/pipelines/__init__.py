@@ -71,6 +71,7 @@ def create_auto_cdc_flow(
     ignore_null_updates_except_column_list: list[str] | None = None,
     columns_to_update: list[str] | str | None = None,
     partial_target: bool = False,
+    snapshot_target: bool = False,
     sequence_groups: dict[str, list[str]] | None = None,
     sequence_group: str | None = None,
     track_history_column_list: list[str] | None = None,
@@ -114,6 +115,7 @@ def create_auto_cdc_flow(
         ignore_null_updates_except_column_list=ignore_null_updates_except_column_list,
         columns_to_update=columns_to_update,
         partial_target=partial_target,
+        snapshot_target=snapshot_target,
         sequence_groups=sequence_groups,
         sequence_group=sequence_group,
         track_history_column_list=track_history_column_list,
@@ -246,19 +248,22 @@ def create_auto_cdc_from_snapshot_flow(
     name: str | None = None,
     *,
     max_delete_fraction: float | None = DEFAULT_MAX_DELETE_FRACTION,
+    sequence_by: str | Column | None = None,
 ) -> None:
     """Make the streaming table ``target`` follow full snapshots of ``source`` (AUTO CDC
     FROM SNAPSHOT): each run diffs the next snapshot against the target, so a new key is
     inserted, a changed row updated (a new version for SCD type 2) and a missing key
     deleted, at the snapshot's version. The parameters up to ``name`` are Databricks', in
-    its order; ``max_delete_fraction`` is autocdc's.
+    its order; ``max_delete_fraction`` and ``sequence_by`` are autocdc's.
 
     ``source`` is a table or view, read whole each run (its version: the Delta table's,
     else one more than the last), or a function ``next_snapshot(latest_version)`` that
     returns ``(DataFrame, version)`` or None, called until it returns None; see
     ``autocdc.AutoCdcSnapshotFlow``. The declaration is checked here, so a bad option
     names this line. A snapshot that would delete more than ``max_delete_fraction`` of
-    the target is refused unless the run expects it (None: no guard).
+    the target is refused unless the run expects it (None: no guard). ``sequence_by``:
+    the snapshot's position on the clock of change flows into the same SCD type 1
+    target, which it may then share with them (docs/pipelines.md).
     """
     from autocdc.pipelines.declare.registry import SnapshotFlow, where
 
@@ -272,6 +277,7 @@ def create_auto_cdc_from_snapshot_flow(
         track_history_column_list=track_history_column_list,
         track_history_except_column_list=track_history_except_column_list,
         max_delete_fraction=max_delete_fraction,
+        sequence_by=sequence_by,
     )
     get_active_graph_element_registry().register_auto_cdc_flow(
         SnapshotFlow(

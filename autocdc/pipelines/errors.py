@@ -66,8 +66,9 @@ class SnapshotTargetSharedError(PipelineError):
     template = (
         "{where}: AUTO CDC FROM SNAPSHOT flow `{flow}` writes into `{target}`, and so does "
         "flow `{other}` ({first}). A snapshot flow makes its target equal to each snapshot "
-        "(keys missing from it are deleted), so it must be the target's only flow: write "
-        "the other flow into another table."
+        "(keys missing from it are deleted): it shares its target only with AUTO CDC "
+        "flows, and only with `sequence_by` (SQL: SEQUENCE BY), its position on their "
+        "clock. Declare that, or write the other flow into another table."
     )
 
 

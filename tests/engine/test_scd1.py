@@ -169,6 +169,23 @@ def test_truncate(spark, new_table):
     assert_target(spark, target, [(125, "Mercedes", "Guadalajara")])
 
 
+def test_a_truncate_that_changes_no_key_still_moves_the_horizon(spark, new_table):
+    """A truncate into an empty target, then one above keys deleted already: each is
+    committed (its horizon), so an older upsert arriving after it stays dead."""
+    target = new_table("users")
+    flow = users_flow(target, apply_as_truncates="operation = 'TRUNCATE'")
+    metrics = flow.apply(spark.createDataFrame([(None, None, None, "TRUNCATE", 5)], SCHEMA))
+    assert metrics.batch_id == flow.committed_batch(spark) == 1
+    flow.apply(spark.createDataFrame([(1, "Old", "X", "INSERT", 4)], SCHEMA))
+    assert_target(spark, target, [])
+    flow.apply(spark.createDataFrame([(1, None, None, "DELETE", 9)], SCHEMA))
+    before = flow.committed_batch(spark)
+    metrics = flow.apply(spark.createDataFrame([(None, None, None, "TRUNCATE", 8)], SCHEMA))
+    assert metrics.batch_id == flow.committed_batch(spark) == before + 1
+    flow.apply(spark.createDataFrame([(2, "Older", "Y", "INSERT", 7)], SCHEMA))
+    assert_target(spark, target, [])
+
+
 def test_bad_rows_are_quarantined_rest_applied(spark, new_table):
     target = new_table("users")
     flow = users_flow(target)

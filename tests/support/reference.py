@@ -195,6 +195,45 @@ def fold_scd2(
     return versions
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A full snapshot taken at ``seq`` on the change feed's clock: every row as of then."""
+
+    seq: Any
+    rows: tuple[tuple[Any, tuple[Any, ...]], ...]  # (key, values), one per key
+
+
+def fold_scd1_shared(changes: Iterable[Change], snapshots: Iterable[Snapshot]) -> dict[Any, tuple]:
+    """The SCD type 1 target of change flows and snapshot flows sharing it
+    (docs/pipelines.md): every distinct change and snapshot in ascending sequence order, a
+    snapshot after every change at its own sequence (it covers them), each snapshot
+    replacing the whole target with its rows. Snapshots at one sequence are one: per key
+    the greatest row, as ties of upserts are."""
+    distinct = [Change(c.key, c.seq, c.op, c.values) for c in {_normal(c, False) for c in changes}]
+    at: dict[Any, dict[Any, list[tuple[Any, ...]]]] = {}
+    for snapshot in snapshots:
+        for key, values in snapshot.rows:
+            at.setdefault(snapshot.seq, {}).setdefault(key, []).append(values)
+        at.setdefault(snapshot.seq, {})
+    steps: list[tuple[Any, int, Any, Any]] = _steps(distinct, False)
+    for seq, rows in at.items():
+        merged = {
+            k: max(vs, key=lambda values: tuple(map(_low_null, values))) for k, vs in rows.items()
+        }
+        steps.append((seq, 2, None, merged))
+    target: dict[Any, tuple[Any, ...]] = {}
+    for _seq, _rank, key, payload in sorted(steps, key=lambda s: (s[0], s[1])):
+        if isinstance(payload, dict):
+            target = dict(payload)
+        elif payload == TRUNCATE:
+            target.clear()
+        elif payload == DELETE:
+            target.pop(key, None)
+        else:
+            target[key] = payload.values
+    return target
+
+
 def snapshot_changes(snapshots: Iterable[tuple[Any, dict[Any, tuple[Any, ...]]]]) -> list[Change]:
     """The changes a series of snapshots ``(version, {key: values})``, in ascending version
     order, stands for: against the previous snapshot, a new or changed row is an upsert and

@@ -373,10 +373,12 @@ def _cdc_definition(statement: sql.AutoCdcStatement, at: str) -> FlowDefinition:
 
 
 def _snapshot_definition(statement: sql.AutoCdcSnapshotStatement, at: str) -> SnapshotDefinition:
-    """The definition an AUTO CDC FROM SNAPSHOT statement declares."""
-    lists = {
+    """The definition an AUTO CDC FROM SNAPSHOT statement declares (a clause it leaves
+    out: the default)."""
+    clauses = {
         "track_history_column_list": statement.track_history_column_list,
         "track_history_except_column_list": statement.track_history_except_column_list,
+        "sequence_by": statement.sequence_by,
     }
     return declared(
         SnapshotDefinition,
@@ -385,7 +387,7 @@ def _snapshot_definition(statement: sql.AutoCdcSnapshotStatement, at: str) -> Sn
         name=statement.name,
         keys=statement.keys,
         stored_as_scd_type=statement.stored_as_scd_type,
-        **{clause: value for clause, value in lists.items() if value is not None},
+        **{clause: value for clause, value in clauses.items() if value is not None},
     )
 
 

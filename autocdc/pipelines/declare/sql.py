@@ -64,7 +64,7 @@ keys: "KEYS"i "(" _columns ")"
 _cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
     | columns | stored_as_scd_type | track_history | columns_to_update | sequence_group
     | max_staleness | max_staged_rows
-_snapshot_clause: stored_as_scd_type | track_history
+_snapshot_clause: stored_as_scd_type | track_history | sequence_by
 ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i ("ON"i _selection)?
 apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
 apply_as_truncates: "APPLY"i "AS"i "TRUNCATE"i "WHEN"i expr
@@ -228,6 +228,7 @@ class AutoCdcSnapshotStatement:
     track_history_column_list: list[str] | None
     track_history_except_column_list: list[str] | None
     location: Location
+    sequence_by: str | None = None  # the snapshot's position on its change flows' clock
 
 
 @dataclass(frozen=True)
@@ -529,6 +530,7 @@ class _Builder(Transformer):
             track_history_column_list=track,
             track_history_except_column_list=except_track,
             location=self._loc(meta),
+            sequence_by=_first(c, "sequence_by"),
         )
 
     def extraction_source(self, meta: Meta, children: list[Any]) -> ExtractionStatement:

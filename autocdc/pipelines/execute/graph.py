@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
@@ -27,6 +27,7 @@ from autocdc.engine.errors import (
     MaxStalenessUnsupportedError,
     TargetNotPartialError,
 )
+from autocdc.engine.stage import sequence_type
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
@@ -45,7 +46,7 @@ from autocdc.pipelines.errors import (
     SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.execute.kinds import Kind, place
+from autocdc.pipelines.execute.kinds import ChangeKind, Kind, SnapshotKind, place
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
 
@@ -107,7 +108,7 @@ def recording_reads(spark: SparkSession) -> Iterator[set[str]]:
 
 def check_targets(registry: Registry) -> dict[str, list[Flow]]:
     """Every flow's target, per dataset, checked: it exists and takes the flow, and the
-    AUTO CDC flows into it agree; each of those declares the target partial when one is."""
+    AUTO CDC flows into it agree (and can go on the clock of a snapshot flow into it)."""
     flows: dict[str, list[Flow]] = {name: [] for name in registry.datasets}
     for flow in registry.flows.values():
         dataset = registry.datasets.get(flow.target)
@@ -130,6 +131,7 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
         cdc = [f for f in into if isinstance(f, CdcFlow)]
         _check_agree(cdc)
         _check_partial_staging(cdc)
+        _check_on_clock(into)
     return flows
 
 
@@ -164,10 +166,15 @@ def _check_partial_staging(flows: list[CdcFlow]) -> None:
 
 
 def _check_alone(flows: list[Flow]) -> None:
-    """A snapshot flow deletes every key its snapshot lacks: it cannot share a target."""
+    """A snapshot flow deletes every key its snapshot lacks: it shares a target only with
+    change flows, and only when it places its snapshots on their clock (``sequence_by``)."""
     snapshot = next((f for f in flows if isinstance(f, SnapshotFlow)), None)
-    if snapshot is not None and len(flows) > 1:
-        other = next(f for f in flows if f is not snapshot)
+    if snapshot is None or len(flows) == 1:
+        return
+    others = [f for f in flows if f is not snapshot]
+    alone = snapshot.definition.sequence_by is None
+    if alone or not all(isinstance(f, CdcFlow) for f in others):
+        other = next(f for f in others if alone or not isinstance(f, CdcFlow))
         raise SnapshotTargetSharedError(
             where=snapshot.where,
             flow=snapshot.name,
@@ -195,6 +202,29 @@ def _check_agree(flows: list[CdcFlow]) -> None:
                     first=flows[0].where,
                     other_value=other,
                 )
+
+
+def _check_on_clock(flows: list[Flow]) -> None:
+    """The change flows into a target a snapshot flow shares go on its clock
+    (:func:`place`): each must be able to (:meth:`FlowDefinition.check_snapshot_target`)."""
+    if any(isinstance(f, SnapshotFlow) for f in flows):
+        for flow in flows:
+            if isinstance(flow, CdcFlow):
+                flow.definition.check_snapshot_target()
+
+
+def _check_clock(frames: list[tuple[Kind, DataFrame | None]]) -> None:
+    """A snapshot flow sharing its target: its position must be of the change flows'
+    sequence type, checked before anything runs."""
+    built = [(k, df) for k, df in frames if df is not None]
+    snapshot = next(((k, df) for k, df in built if isinstance(k, SnapshotKind)), None)
+    if snapshot is None or snapshot[0].engine.sequence_by is None:
+        return
+    kind, position = snapshot
+    for other, df in built:
+        if isinstance(other, ChangeKind):
+            changes = sequence_type(df, other.engine)
+            kind.engine.check_clock(changes, position, f"change flow `{other.name}`'s")
 
 
 def _not_found(error: AnalysisException) -> str | None:
@@ -226,6 +256,7 @@ def resolve(
                     with recording_reads(spark) as read:
                         built = [(kinds[f.name], fresh(name)) for f in flows[name]]
                         frames = [(k, k.build(spark, new)) for k, new in built]
+                        _check_clock(frames)
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]

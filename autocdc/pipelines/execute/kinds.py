@@ -297,11 +297,14 @@ class SnapshotKind(Kind):
         return self.engine.peek(spark, self.flow.source, fresh)
 
     def placeholder(self, df: DataFrame) -> DataFrame:
-        """The snapshot's columns (and for SCD type 2 the validity columns: a snapshot's
-        version is a bigint)."""
+        """The snapshot's columns but its position's (a column ``sequence_by`` names is
+        not the target's), and for SCD type 2 the validity columns (a snapshot's version
+        is a bigint)."""
+        position = self.engine.sequence_by
+        out = df.drop(position) if isinstance(position, str) else df
         if self.engine.stored_as_scd_type == 2:
-            return df.select("*", *[F.lit(None).cast(LongType()).alias(c) for c in VALIDITY])
-        return df
+            return out.select("*", *[F.lit(None).cast(LongType()).alias(c) for c in VALIDITY])
+        return out
 
     def start(self, run: Runner, options: Options) -> StreamingQuery | None:
         """Every snapshot newer than the last one processed, each logged as a batch."""
@@ -360,8 +363,10 @@ def place(
     target's ``cluster_by`` and ``table_properties`` (the engine creates the target with
     them), declaring the target partial when a flow into it is (the target's state,
     which they share, must record which columns each upsert set, whichever flow creates
-    it). A flow over an extraction source orders its changes by the read too (read 0
-    until a read is applied: the definition checks need only its type)."""
+    it), and on the clock of a snapshot flow into it (``snapshot_target``: the clock is
+    the target's, whichever flow creates it). A flow over an extraction source orders its
+    changes by the read too (read 0 until a read is applied: the definition checks need
+    only its type)."""
     kinds: dict[str, Kind] = {}
     for name, into in flows.items():
         dataset = registry.datasets[name]
@@ -373,6 +378,8 @@ def place(
             table["table_properties"] = dict(dataset.table_properties)
         if any(f.definition.partial for f in into if isinstance(f, CdcFlow)):
             table["partial_target"] = True
+        if any(isinstance(f, SnapshotFlow) for f in into):  # one clock for all
+            table["snapshot_target"] = True
         for flow in into:
             kinds[flow.name] = _KINDS[type(flow)](flow, dataset, target, table)
     return kinds
