@@ -14,6 +14,7 @@ target commit, then, pending, for the next fold into the state table (see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -88,6 +89,29 @@ def has_commits(table_dir: Path) -> bool:
     return any(log_dir.glob("*.json")) or any(log_dir.glob("*.checkpoint*.parquet"))
 
 
+def _created_meanwhile(location: Path) -> bool:
+    """Whether a table folder without a commit gets one within the creation grace: wait
+    while anything in it is younger than that (another writer may be creating it), then
+    say. Waiting, rather than counting a lost race, makes a folder a kill left just now
+    cost a pause, never a batch's attempts: a single writer never reports a concurrent
+    one."""
+    while not has_commits(location):
+        if time.time() - _last_touched(location) >= CREATION_GRACE_SECONDS:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _last_touched(folder: Path) -> float:
+    """The newest modification time of ``folder`` and anything in it (files may go
+    while it is listed)."""
+    newest = 0.0
+    for path in [folder, *folder.rglob("*")]:
+        with contextlib.suppress(FileNotFoundError):
+            newest = max(newest, path.stat().st_mtime)
+    return newest
+
+
 def exists(spark: SparkSession, name: str) -> bool:
     """Registered, or committed in the warehouse by another process (then registered)."""
     if spark.catalog.tableExists(name):
@@ -128,9 +152,7 @@ def create(
     if db:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
     location = Path(default_location(spark, name))
-    if location.exists() and not has_commits(location):
-        if time.time() - location.stat().st_mtime < CREATION_GRACE_SECONDS:
-            raise LostRace(f"{name} is being created by another writer")
+    if location.exists() and not _created_meanwhile(location):
         log.warning("autocdc: clearing %s, a table creation that never committed", location)
         shutil.rmtree(location)
     props = dict(properties or {})

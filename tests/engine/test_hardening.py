@@ -77,6 +77,22 @@ def test_half_created_table_does_not_brick_the_warehouse(spark, new_table, wareh
     assert target in tables.register_warehouse_tables(spark)
 
 
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_table_creation_killed_just_now_is_cleared_not_taken_for_another_writer(
+    spark, new_table, warehouse, monkeypatch, attempt
+):
+    """A kill inside Delta's table creation leaves `_delta_log/_staged_commits` and no
+    commit 0, in the target's and the state's folders. Applied again at once (younger than
+    the creation grace, as a fast restart is), the batch waits the grace out and creates
+    the tables, rather than counting lost races until it reports another writer."""
+    monkeypatch.setattr(tables, "CREATION_GRACE_SECONDS", 1.0)
+    target = new_table("half_now")
+    for name in (target, f"{target}__autocdc_state"):
+        (warehouse / name / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    users_flow(target).apply(spark.createDataFrame(EXAMPLE, SCHEMA))
+    assert_target(spark, target, EXPECTED)
+
+
 AWKWARD = (
     "id int, live string, `exists` string, x string, x_ver string, `a.b` string, "
     "`we``ird` string, `sp ace` string, m map<string,int>, op string, seq long"
