@@ -22,6 +22,7 @@ second while waiting. Prints one line per figure and exits non-zero when a check
     python benchmarks/pgbench.py                             # -s 3, 150 s live, 150 s stopped
     python benchmarks/pgbench.py --scale 1 --seconds 20 --catchup-seconds 20   # a quick look
     python benchmarks/pgbench.py --rate 500          # a paced write load: does the capture keep up?
+    python benchmarks/pgbench.py --kills 2           # SIGKILL the live run twice, restarted at once
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         help="transactions a second while capturing (pgbench -R); full speed if unset",
     )
     parser.add_argument("--trigger-interval", default="5s")
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=0,
+        help="SIGKILL the continuous run this many times while pgbench writes (evenly spread), "
+        "each time starting it again at once",
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "autocdc-pgb")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
@@ -94,12 +105,26 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("the initial load did not finish in 10 minutes")
         mark = log.stat().st_size
         paced = ["-R", str(args.rate)] if args.rate else []
+        holder, kills = [live], []
+        restart = [spec, server.dsn, log, "--continuous", "--trigger-interval"]
+        restart.append(args.trigger_interval)
+        spacing = args.seconds / (args.kills + 1)
+        timers = [
+            threading.Timer(spacing * (i + 1), _kill, (holder, restart, kills))
+            for i in range(args.kills)
+        ]
+        for timer in timers:
+            timer.start()
         bench = pgbench(
             server,
             *("-c", str(args.clients), "-j", str(args.jobs), "-T", str(args.seconds), "-n"),
             *paced,
         )
+        for timer in timers:
+            timer.join()
+        live = holder[0]
         done = transactions(bench)
+        figures["kills"] = kills
         figures["live_changes"] = done * CHANGES_PER_TRANSACTION
         figures["live_changes_per_s_written"] = round(figures["live_changes"] / args.seconds)
         lag = wait_until_caught_up(spark, spec, server, live, 1800)
@@ -152,6 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     finally:
         server.stop()
+
+
+def _kill(holder: list[subprocess.Popen], restart: list, kills: list[str]) -> None:
+    """SIGKILL the live run (as a node failure would) and start it again at once."""
+    holder[0].send_signal(signal.SIGKILL)
+    holder[0].wait()
+    holder[0] = run(*restart)
+    kills.append(time.strftime("%H:%M:%S"))
+    print(f"    killed the live run (SIGKILL) and started it again at {kills[-1]}", flush=True)
 
 
 if __name__ == "__main__":

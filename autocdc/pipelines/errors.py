@@ -158,6 +158,36 @@ class CheckpointElsewhereError(PipelineError):
     )
 
 
+class CheckpointNotEmptyError(PipelineError):
+    """Spark refused to start a flow's query at its first micro-batch because its
+    checkpoint is not empty, and the runner could not tell it safe to clear (see
+    :mod:`autocdc.pipelines.execute.unstarted`)."""
+
+    error_class = "AUTOCDC_PIPELINE_CHECKPOINT_NOT_EMPTY"
+    template = (
+        "Flow `{flow}`: Spark will not start its first micro-batch, because its checkpoint "
+        "{checkpoint} holds files of another start ({found}). autocdc clears what a killed "
+        "first micro-batch leaves; these it did not recognise. If no other query writes "
+        "there, move the folder aside and run again (the flow starts from its source's "
+        "beginning; the target absorbs changes it already has), or rebuild the target: "
+        "`autocdc run --full-refresh {dataset}`."
+    )
+
+
+class FlowRetriesExhaustedError(PipelineError):
+    """A flow failed on an error that is not autocdc's own more times in a row than the
+    run retries it (:mod:`autocdc.pipelines.execute.retries`)."""
+
+    error_class = "AUTOCDC_PIPELINE_FLOW_FAILED"
+    template = (
+        "Flow `{flow}` (into `{target}`) failed {failures} times in a row, the last time "
+        "with {cause}. Its checkpoint keeps every batch it applied: fix the cause and run "
+        "again, and it goes on from there. More attempts: set "
+        "`spark.sql.pipelines.maxFlowRetryAttempts` (now {attempts}) in the spec's "
+        "configuration."
+    )
+
+
 class SourceDataLostError(PipelineError):
     """Spark's Kafka source found offsets in the checkpoint that the broker does not have:
     see :func:`autocdc.pipelines.execute.runner.data_lost`."""

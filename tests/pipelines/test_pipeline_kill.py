@@ -18,6 +18,8 @@ from projects import PYSPARK_SCD1, SQL_SCD2, drop, write_project
 from reference import fold_scd1, fold_scd2
 from sparkconf import SMALL_SPARK
 
+from autocdc.engine.faults import FAIL_ENV
+
 SEED = int(os.environ.get("AUTOCDC_CRASH_SEED", "7"))
 
 
@@ -110,3 +112,109 @@ def test_ctrl_c_at_any_moment_prints_one_line_exits_130_and_releases_the_lock(tm
     for later in (0.0, 2.0, 5.0):  # the first apply's jobs: as they start, later on
         interrupted = _interrupted_when(tmp_path, f"applying-{later:g}", "applying", later)
         assert interrupted[:2] == (130, INTERRUPTED), later
+
+
+RAW = """
+from pyspark import pipelines as dp
+
+@dp.table
+def raw():
+    return spark.readStream.schema("{feed}").json("{data}")
+"""
+STREAMING_FLOWS = ("latest", "history_cdc", "raw")
+
+
+def _three_flows(tmp_path, name: str, **settings: str):
+    """A project of an SCD1, an SCD2 and an append flow over one folder of change files."""
+    config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse"), **settings}
+    files = {"feed.py": PYSPARK_SCD1, "history.sql": SQL_SCD2, "raw.py": RAW}
+    return write_project(tmp_path, name, files, config)
+
+
+def _converged(spark, tables, changes) -> bool:
+    def load(name: str) -> list:
+        if not (tables / name / "_delta_log").is_dir():
+            return []
+        return spark.read.format("delta").load(str(tables / name)).collect()
+
+    latest = {r.id: (r.a, r.b) for r in load("latest")}
+    history = {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in load("history")}
+    return (latest, history, len(load("raw"))) == (
+        fold_scd1(changes),
+        fold_scd2(changes),
+        len(changes),
+    )
+
+
+@pytest.mark.e2e
+def test_kills_as_each_flows_first_micro_batch_starts_converge(spark, tmp_path):
+    """SIGKILL at a random moment just after a flow's query starts writing its checkpoint
+    (its first offsets entry: a kill there once left a checkpoint Spark refused forever),
+    a different flow each run, then a run to the end: every target is the reference."""
+    rng = random.Random(SEED)
+    spec = _three_flows(tmp_path, "first_batch")
+    drop(tmp_path, "1", EVERYTHING)
+    checkpoints = tmp_path / "storage" / "checkpoints"
+    story = []
+    for flow in rng.sample(STREAMING_FLOWS, len(STREAMING_FLOWS)):
+        proc = start(spec, None)
+        while not (checkpoints / flow / "offsets").is_dir() and proc.poll() is None:
+            time.sleep(0.01)
+        later = rng.uniform(0.0, 0.4)
+        time.sleep(later)
+        proc.send_signal(signal.SIGKILL)
+        story.append((flow, round(later, 3), finish(proc)))
+    assert finish(start(spec, None)) == 0, story
+    tables = tmp_path / "warehouse" / "first_batch.db"
+    assert _converged(spark, tables, EVERYTHING), (SEED, story)
+
+
+@pytest.mark.e2e
+def test_a_continuous_run_retries_a_failing_flow_while_the_others_run(spark, tmp_path):
+    """The SCD1 flow's micro-batch fails twice (an injected fault, not autocdc's error) in
+    a continuous run: it starts again from its checkpoint and converges, the other flows
+    never stop, new changes arriving meanwhile are applied, and `autocdc status` tells."""
+    spec = _three_flows(
+        tmp_path, "retried", **{"spark.sql.pipelines.execution.watchdog.minRetryTime": "1s"}
+    )
+    drop(tmp_path, "1", EVERYTHING[:7])
+    env = {**child_env(), FAIL_ENV: "apply:latest@2"}
+    command = [sys.executable, "-m", "autocdc", "run", "--continuous", "--spec", str(spec)]
+    proc = subprocess.Popen(
+        [*command, "--trigger-interval", "1s"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    tables = tmp_path / "warehouse" / "retried.db"
+    try:
+        deadline = time.monotonic() + 300
+        while not _converged(spark, tables, EVERYTHING[:7]):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(1)
+        drop(tmp_path, "2", EVERYTHING[7:])
+        while not _converged(spark, tables, EVERYTHING):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-3000:]
+    assert "autocdc: flow latest: failed (InjectedFault: " in output
+
+    log = spark.read.format("delta").load(str(tmp_path / "storage" / "event_log"))
+    retried = log.where("event_type = 'flow_retry'").orderBy("event_time").collect()
+    assert [(r.flow, r.error_class) for r in retried] == [("latest", "InjectedFault")] * 2
+    assert log.where("event_type = 'error'").count() == 0
+    started = log.where("event_type = 'flow_started'").groupBy("flow").count().collect()
+    assert {r.flow: r["count"] for r in started} == {"latest": 3, "history_cdc": 1, "raw": 1}
+
+    status = subprocess.run(
+        [sys.executable, "-m", "autocdc", "status", "--spec", str(spec)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "latest: started again 2 times in its last run after failures" in status.stdout

@@ -49,6 +49,8 @@ EVENT_TYPES = (
     "error",
     "checkpoint_moved",  # the project moved: its checkpoints' file paths were translated
     "replay",  # a flow rewound to a position of its source (execute/replay.py)
+    "flow_retry",  # a flow failed on an error not autocdc's own: it starts again (retries.py)
+    "checkpoint_restarted",  # a query killed before its first batch logged: started afresh
 )
 MESSAGE_LIMIT = 20_000  # a streaming failure carries a whole Python traceback
 

@@ -120,3 +120,9 @@ def check() -> None:
     """Raise KeyboardInterrupt here if Ctrl-C was pressed."""
     if _requested.is_set():
         raise KeyboardInterrupt
+
+
+def sleep(seconds: float) -> None:
+    """Wait ``seconds`` (a flow's pause before another attempt), Ctrl-C ending it at once."""
+    _requested.wait(seconds)
+    check()

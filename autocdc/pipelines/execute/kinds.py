@@ -207,7 +207,7 @@ class ChangeKind(Kind):
         run.started(self.name, self.target, df)
         run.follow_a_move(self.name, self.dataset.name, checkpoint)
         if not df.isStreaming:  # a batch source: the whole table is one batch
-            run.applied(self.name, self.target, run.guarded(self.engine.apply, df), None)
+            run.applied(self.name, self.target, run.guarded(self.name, self.engine.apply, df), None)
             if self.flow.once:
                 checkpoint.mkdir(parents=True, exist_ok=True)
                 ran.touch()
@@ -225,7 +225,7 @@ class ChangeKind(Kind):
                 return
             # The event before the note: a crash between them replays the batch (a no-op
             # in the engine) and logs it twice rather than never.
-            metrics = run.guarded(self.engine.apply, batch)
+            metrics = run.guarded(self.name, self.engine.apply, batch)
             run.applied(self.name, self.target, metrics, batch_id)
             partial = note.with_suffix(".tmp")
             partial.write_text(str(batch_id))
@@ -271,7 +271,7 @@ class ExtractionKind(ChangeKind):
 
         def apply(df: DataFrame, read: int) -> BatchMetrics:
             by = extraction.sequence(self.flow.definition.sequence_by, read)
-            return run.guarded(AutoCdcFlow.of(self.engine, sequence_by=by).apply, df)
+            return run.guarded(self.name, AutoCdcFlow.of(self.engine, sequence_by=by).apply, df)
 
         done = step.run(run.spark, chosen, apply)
         run.applied(self.name, self.target, done.result, None, [done.position(source.name)])

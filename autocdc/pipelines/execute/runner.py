@@ -14,6 +14,11 @@ id and the same input. The id of the last batch applied is kept beside the check
 so a replay is skipped; a crash between the apply and that note replays the batch into
 the engine, where a repeated change is a no-op by design.
 
+A flow's query that a kill stopped before it logged its first micro-batch is started
+afresh (:mod:`autocdc.pipelines.execute.unstarted`); a flow whose work fails on an error
+that is not autocdc's own is started again from its checkpoint, a few times, while the
+others go on (:mod:`autocdc.pipelines.execute.retries`).
+
 A replay (``Options.replay_from``) rewinds one flow's checkpoint to a position of its
 source before anything is written (:mod:`autocdc.pipelines.execute.replay`).
 
@@ -36,19 +41,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from autocdc.engine.errors import AutoCdcError, raised_in_worker
+from autocdc.engine.faults import fail_point
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.declare.registry import Dataset
 from autocdc.pipelines.errors import (
     CheckpointElsewhereError,
+    CheckpointNotEmptyError,
+    FlowRetriesExhaustedError,
     SourceDataLostError,
     UnknownDatasetError,
 )
-from autocdc.pipelines.execute import extraction, interrupt, lock, replay
+from autocdc.pipelines.execute import extraction, interrupt, lock, replay, unstarted
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
+from autocdc.pipelines.execute import retries as r
 from autocdc.pipelines.execute.eventlog import EventLog
-from autocdc.pipelines.execute.kinds import Kind, say
+from autocdc.pipelines.execute.kinds import APPLIED, Kind, say
 from autocdc.pipelines.execute.progress import Progress, outcome
 from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions
@@ -71,6 +80,12 @@ class Options:
         return self.full_refresh_all or name in self.full_refresh
 
 
+def _first_line(error: BaseException) -> str:
+    """``ClassName: the message's first line`` (a streaming failure carries pages)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
+
+
 def qualifier(database: str | None) -> Callable[[str], str]:
     """Dataset name -> table name: unqualified names live in the spec's database."""
     return lambda name: f"{database}.{name}" if database and "." not in name else name
@@ -85,6 +100,26 @@ def data_lost(error: BaseException, flow: str, dataset: str) -> SourceDataLostEr
     if not any(sign in said for sign in signs):
         return None
     return SourceDataLostError(flow=flow, dataset=dataset)
+
+
+def checkpoint_refused(
+    error: BaseException, flow: str, dataset: str, checkpoint: Path
+) -> CheckpointNotEmptyError | None:
+    """The error to raise instead of Spark's when it will not start a flow's first
+    micro-batch on a checkpoint that is not empty (what the runner clears before a start
+    is not there: something else is)."""
+    if "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" not in str(error):
+        return None
+    found = sorted(
+        str(path.relative_to(checkpoint))
+        for folder in unstarted.SPARK_FOLDERS
+        for path in (checkpoint / folder).rglob("*")
+        if path.is_file()
+    )
+    said = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return CheckpointNotEmptyError(
+        flow=flow, dataset=dataset, checkpoint=checkpoint, found=said or "files"
+    )
 
 
 class Runner:
@@ -103,12 +138,15 @@ class Runner:
         self.progress = progress or Progress()
         self.sources: dict[str, list[dict]] = {}  # flow -> its streaming sources
         self.failure: BaseException | None = None  # the first error inside an apply
+        self.causes: dict[str, BaseException] = {}  # each flow's error inside its apply
+        self.retries = r.Retries()
 
         self.qualify = qualifier(project.database)
 
     def run(self, options: Options) -> None:
         """Run the pipeline once (or until stopped, ``continuous``), logging its events."""
         self.events.write("run_started")
+        self.retries = r.Retries.of({k: self.spark.conf.get(k, v) for k, v in r.DEFAULTS.items()})
         try:
             with self.progress:
                 self._run(options)
@@ -171,6 +209,19 @@ class Runner:
             self.events.write("flow_stopped", flow=kind.name, target=kind.target)
             return
         for kind in self.graph.of(dataset.name):
+            query = self._started(kind, options)
+            if query is None:
+                continue
+            if options.continuous:
+                self.queries.append((kind, query))
+            else:
+                self.stopped(kind.name, kind.target)
+                say(f"flow {kind.name}: up to date")
+
+    def _started(self, kind: Kind, options: Options) -> StreamingQuery | None:
+        """Start a flow (a triggered run: and run it to the end), started again after a
+        failure that is not autocdc's own while it has attempts left."""
+        while True:
             try:
                 interrupt.check()
                 query = kind.start(self, options)
@@ -179,20 +230,50 @@ class Runner:
                     interrupt.check()  # Ctrl-C stopped it, short of up to date
                 if not options.continuous:  # a triggered run ends with nothing staged
                     kind.apply_staged(self)
+                return query
             except BaseException as error:
-                lost = data_lost(self.failure or error, kind.name, dataset.name)
-                said = lost or self.failure or error
-                self.events.write("error", flow=kind.name, target=kind.target, error=said)
-                if lost is not None:
-                    raise lost from error
-                raise
-            if query is None:
-                continue
-            if options.continuous:
-                self.queries.append((kind, query))
-            else:
-                self.stopped(kind.name, kind.target)
-                say(f"flow {kind.name}: up to date")
+                pause = self._failed(kind, error)
+                if pause is None:
+                    raise
+            interrupt.sleep(pause)
+
+    def _failed(self, kind: Kind, error: BaseException) -> float | None:
+        """Log a flow's failure: the pause before its next attempt, or None when it has
+        none (raise then: the error as it is, or the autocdc error that says more)."""
+        cause = self.causes.pop(kind.name, None) or error
+        ours = (
+            data_lost(cause, kind.name, kind.dataset.name)
+            or checkpoint_refused(cause, kind.name, kind.dataset.name, self._folder(kind))
+            or raised_in_worker(cause)
+        )
+        said = ours or cause
+        attempt = self.retries.next(kind.name, said)
+        if attempt is None:
+            self.events.write("error", flow=kind.name, target=kind.target, error=said)
+            if ours is not None and ours is not error:
+                raise ours from error
+            if self.retries.failures.get(kind.name) and r.retryable(said):
+                raise FlowRetriesExhaustedError(
+                    flow=kind.name,
+                    target=kind.target,
+                    failures=self.retries.attempts + 1,
+                    cause=_first_line(said),
+                    attempts=self.retries.attempts,
+                ) from error
+            return None
+        if self.failure is cause:
+            self.failure = None  # the run's failure only if the last attempt fails too
+        number, pause = attempt
+        message = f"attempt {number} of {self.retries.attempts} in {pause:g} s: {said}"
+        self.events.write(
+            "flow_retry", flow=kind.name, target=kind.target, error=said, message=message
+        )
+        cause_said = _first_line(said)
+        say(f"flow {kind.name}: failed ({cause_said}); {message.split(':')[0]}")
+        return pause
+
+    def _folder(self, kind: Kind) -> Path:
+        return self.project.checkpoint(kind.name)
 
     def apply_all(self, names: set[str]) -> None:
         """``autocdc apply``: apply what every flow with ``max_staleness`` into the named
@@ -267,23 +348,34 @@ class Runner:
             lag=lag,
         )
         self._log(metrics)
+        self.retries.succeeded(flow)
         # The micro-batch as the user sees it (the query's); a batch source's is its commit.
         number = metrics.batch_id if stream_batch_id is None else stream_batch_id
         self.progress.batch(flow, number, metrics.rows_in, metrics.seconds, lag)
 
-    def guarded(self, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame) -> BatchMetrics:
-        """``apply(df)``, its error kept as the run's failure (Spark wraps it, when raised
-        inside a streaming query's ``foreachBatch``)."""
+    def guarded(
+        self, flow: str, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame
+    ) -> BatchMetrics:
+        """``apply(df)`` for ``flow``, its error kept as the flow's cause and the run's
+        failure (Spark wraps it, when raised inside a streaming query's ``foreachBatch``)."""
         try:
+            fail_point(f"apply:{flow}")
             return apply(df)
         except BaseException as error:
             self.failure = self.failure or error
+            self.causes[flow] = error
             raise
 
     def triggered(self, writer: DataStreamWriter, flow: str, options: Options) -> DataStreamWriter:
         """A flow's streaming writer, checkpointed in its folder, on the run's trigger."""
-        checkpoint = str(self.project.checkpoint(flow))
-        writer = writer.option("checkpointLocation", checkpoint).queryName(flow)
+        folder = self.project.checkpoint(flow)
+        cleared = unstarted.clear(folder, notes=(APPLIED,))
+        if cleared:
+            said = f"flow {flow}: its first micro-batch never logged (a run was killed as it began)"
+            say(f"{said}; starting it afresh")
+            message = f"{said}; cleared {', '.join(cleared)}"
+            self.events.write("checkpoint_restarted", flow=flow, message=message)
+        writer = writer.option("checkpointLocation", str(folder)).queryName(flow)
         if options.continuous:
             return writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
         return writer.trigger(availableNow=True)
@@ -341,34 +433,44 @@ class Runner:
 
     def _keep_running(self, options: Options) -> None:
         """Until Ctrl-C or SIGTERM: streaming queries run on their trigger, materialized
-        views are recomputed every interval; then every query stops cleanly (and Ctrl-C
-        raises KeyboardInterrupt)."""
+        views are recomputed every interval; a failed flow starts again after its pause
+        while the others run; then every query stops cleanly (and Ctrl-C raises
+        KeyboardInterrupt)."""
         stop: list[int] = []
         signal.signal(signal.SIGTERM, lambda number, _frame: stop.append(number))
         if not interrupt.active():  # a run not started by the CLI
             signal.signal(signal.SIGINT, lambda number, _frame: stop.append(number))
         interval = options.trigger_seconds
         say(f"running continuously (every {interval:g} s); Ctrl-C stops")
+        waiting: dict[int, float] = {}  # a failed flow's query (by index): when it restarts
         while not (stop or interrupt.requested()):
             deadline = time.monotonic() + interval
             while not (stop or interrupt.requested()) and time.monotonic() < deadline:
                 for i, (kind, query) in enumerate(self.queries):
+                    if i in waiting:
+                        if time.monotonic() >= waiting[i]:
+                            del waiting[i]
+                            self.queries[i] = (kind, self._restart(kind, options, "starting again"))
+                        continue
                     error = query.exception()
                     if error is None:
                         continue
-                    cause = self.failure or error
-                    ours = raised_in_worker(cause) or data_lost(cause, kind.name, kind.dataset.name)
-                    said = ours or cause
-                    self.events.write("error", flow=kind.name, target=kind.target, error=said)
-                    if isinstance(ours, SourceDataLostError):
-                        raise ours from error
-                    if not isinstance(ours, DebeziumSchemaChangedError):
+                    cause = self.causes.get(kind.name) or error
+                    schema = raised_in_worker(cause)
+                    if isinstance(schema, DebeziumSchemaChangedError):
+                        self.events.write("error", flow=kind.name, target=kind.target, error=schema)
+                        self.causes.pop(kind.name, None)
+                        self.failure = None
+                        said = "its source's events gained columns; starting it again"
+                        self.queries[i] = (kind, self._restart(kind, options, said))
+                        continue
+                    pause = self._failed(kind, error)
+                    if pause is None:
                         raise error
-                    self.failure = None
-                    self.queries[i] = (kind, self._restart(kind, options))
+                    waiting[i] = time.monotonic() + pause
                 time.sleep(0.2)
-            for kind, _query in self.queries:
-                if not (stop or interrupt.requested()):
+            for i, (kind, _query) in enumerate(self.queries):
+                if i not in waiting and not (stop or interrupt.requested()):
                     kind.apply_staged(self, due_only=True)
             for dataset in self.graph.order:
                 if dataset.kind == "materialized_view" and not (stop or interrupt.requested()):
@@ -380,11 +482,11 @@ class Runner:
         interrupt.check()  # Ctrl-C exits 130 here too, as at any other moment
         say("stopped")
 
-    def _restart(self, kind: Kind, options: Options) -> StreamingQuery:
-        """Start a flow's query again over views built again: a Debezium source whose
-        events gained a column takes it (the failed micro-batch was not applied, and runs
-        again from the checkpoint)."""
-        say(f"flow {kind.name}: its source's events gained columns; starting it again")
+    def _restart(self, kind: Kind, options: Options, why: str) -> StreamingQuery:
+        """Start a flow's query again over views built again (a Debezium source whose
+        events gained a column takes it); the failed micro-batch was not committed to the
+        checkpoint, and runs again from there."""
+        say(f"flow {kind.name}: {why}")
         for view in self.graph.order:
             if view.kind == "temporary_view":
                 self._view(view, options)

@@ -183,6 +183,16 @@ def status(project: Project) -> dict[str, Any]:
         f"{_last('source_position', 'source_position IS NOT NULL')} "
         "FROM events WHERE flow IS NOT NULL GROUP BY flow ORDER BY flow",
     )
+    retried = {
+        (r["flow"], r["run_id"]): r
+        for r in _events(
+            project,
+            "SELECT flow, run_id, count(*) AS n, "
+            f"{_last('error_class')}, {_last('message')}, max(event_time) AS event_time "
+            "FROM events WHERE event_type = 'flow_retry' GROUP BY flow, run_id",
+        )
+        or []
+    }
     for row in flows or []:
         found = json.loads(row["source_position"]) if row["source_position"] else []
         lag = (
@@ -218,9 +228,23 @@ def status(project: Project) -> dict[str, Any]:
             # Tables whose initial load went by watermarks (docs/sources.md), and why.
             "load_by_watermarks": fell_back,
             "staged": staged(metrics, row["t"]),
+            "retries": _retries(retried.get((row["flow"], row["run_id"]))),
         }
         doc["flows"].append(entry)
     return doc
+
+
+def _retries(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How often a flow was started again after a failure in its last run, and the last
+    failure's class, message and time; None: never."""
+    if row is None:
+        return None
+    return {
+        "count": row["n"],
+        "last_error_class": row["error_class"],
+        "last_message": row["message"],
+        "last_time": _iso(row["t"]),
+    }
 
 
 def history(project: Project, flow: str, last: int) -> dict[str, Any]:
@@ -318,6 +342,13 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
                 f"{f['flow']}: {held['rows']} changes staged in {held['batches']} micro-batches"
                 + ("" if age is None else f", the oldest {age:,.0f} s old")
                 + " (applied within max_staleness; `autocdc apply` applies them now)"
+            )
+        if f.get("retries"):
+            again = f["retries"]
+            said = (again["last_message"] or "").splitlines()[0][:200]
+            reasons.append(
+                f"{f['flow']}: started again {again['count']} times in its last run after "
+                f"failures, the last at {_when(again['last_time'])} UTC ({said})"
             )
         for source_table, why in f["load_by_watermarks"].items():
             reasons.append(
