@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.pipelines.api import (
     append_flow,
@@ -25,7 +25,7 @@ from pyspark.pipelines.api import (
 )
 from pyspark.pipelines.graph_element_registry import get_active_graph_element_registry
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 from autocdc.engine.snapshot import (
     DEFAULT_MAX_DELETE_FRACTION,
@@ -36,6 +36,9 @@ from autocdc.engine.spec import FlowDefinition
 from autocdc.sources.extract import Batch as ExtractionBatch
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
+if TYPE_CHECKING:
+    from autocdc.pipelines.declare.project import Project
+
 __all__ = [
     "ExtractionBatch",
     "ExtractionOptions",
@@ -45,6 +48,8 @@ __all__ = [
     "create_debezium_source",
     "create_extraction_source",
     "create_streaming_table",
+    "current",
+    "current_views",
     "materialized_view",
     "run",
     "table",
@@ -329,4 +334,44 @@ def run(
     )
     with lock.hold(loaded.storage_path, loaded.name, lock.expiry_seconds(loaded)):
         ran = pipeline.execute(spark, loaded, options)
+    from autocdc.pipelines.operations import fresh
+
+    fresh.register(spark, ran.resolved)  # <table>__autocdc_current, for the notebook's SQL
     return ran.datasets
+
+
+def current(
+    table: str, spec: str | Path | None = None, spark: SparkSession | None = None
+) -> DataFrame:
+    """The live rows of dataset ``table`` of the project of ``spec`` (default: the
+    ``spark-pipeline.yml`` found from the working folder) as of now: an AUTO CDC target's
+    with what its flow holds staged (``max_staleness``) merged in, SCD type 2 as each
+    key's open version; nothing is written and no flow is re-declared. ``spark``: default
+    ``autocdc.spark_session`` for the project's warehouse."""
+    from autocdc.pipelines.operations import fresh
+
+    loaded, spark = _loaded(spec, spark)
+    return fresh.current(spark, fresh.resolve(spark, loaded), table)
+
+
+def current_views(
+    spec: str | Path | None = None, spark: SparkSession | None = None, fresh: bool = False
+) -> list[str]:
+    """Register ``<table>__autocdc_current`` (:func:`current` of each AUTO CDC target) as
+    temporary views for Spark SQL, and with ``fresh`` a view of each such dataset's own
+    name (the whole table, staged changes merged in) that shadows the table in
+    unqualified SQL; returns their names. They show the rows as of this call."""
+    from autocdc.pipelines.operations import fresh as reads
+
+    loaded, spark = _loaded(spec, spark)
+    return reads.register(spark, reads.resolve(spark, loaded), fresh)
+
+
+def _loaded(spec: str | Path | None, spark: SparkSession | None) -> tuple[Project, SparkSession]:
+    """The project of ``spec`` (or found from the working folder), and ``spark`` or a
+    session for its warehouse."""
+    from autocdc.pipelines.declare import project
+    from autocdc.sources import spark_session
+
+    loaded = project.load(Path(spec) if spec else project.find_spec(Path.cwd()))
+    return loaded, spark or spark_session(warehouse=loaded.warehouse, conf=loaded.session_conf)

@@ -1,5 +1,5 @@
-"""Command line: ``autocdc run | dry-run | apply | status | history | report | init |
-launcher`` (also ``python -m autocdc``).
+"""Command line: ``autocdc run | dry-run | apply | status | history | query | report |
+init | launcher`` (also ``python -m autocdc``).
 
 The flags of ``run`` are those of Spark's ``spark-pipelines`` CLI. A definition problem
 exits with status 2 before anything is written.
@@ -28,7 +28,7 @@ from autocdc.engine.logs import log_file
 from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.errors import PipelineStepError
 from autocdc.pipelines.execute import interrupt, lock, pipeline, replay, runner
-from autocdc.pipelines.operations import overview, report
+from autocdc.pipelines.operations import overview, query, report
 from autocdc.sources import spark_session
 from autocdc.sources.extract import ExtractionOptions
 
@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         "timestamp:T (a Delta table), offsets:JSON|earliest or timestamp:T (Kafka)",
     )
     report.add_arguments(commands.add_parser("report", help="write the status page (HTML)"))
+    query.add_arguments(commands.add_parser("query", help="SQL over the tables, fresh reads"))
     init = commands.add_parser("init", help="create a sample project")
     init.add_argument("--name", required=True)
     commands.add_parser("launcher", help="print the script to give spark-submit")
@@ -169,6 +170,8 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     if args.command in ("status", "history"):
         return _report(args, spec)
     spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
+    if args.command == "query":
+        return query.main_query(args, spec, spark)
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
         full_refresh_all=getattr(args, "full_refresh_all", False),

@@ -188,6 +188,31 @@ class FlowRetriesExhaustedError(PipelineError):
     )
 
 
+class FreshReadAmbiguousError(PipelineError):
+    """Several flows into one target stage their changes: each merges only its own into a
+    fresh read (:mod:`autocdc.pipelines.operations.fresh`), so none answers for all."""
+
+    error_class = "AUTOCDC_PIPELINE_FRESH_READ_AMBIGUOUS"
+    template = (
+        "Dataset `{dataset}`: its flows {flows} each stage changes (max_staleness), and a "
+        "fresh read merges one flow's. Apply what they staged first (`autocdc apply "
+        "{dataset}`), then read the table itself."
+    )
+
+
+class NoSuchDatasetError(PipelineError):
+    error_class = "AUTOCDC_PIPELINE_NO_SUCH_DATASET"
+    template = "Pipeline `{pipeline}` has no dataset `{name}`; its datasets: {known}."
+
+
+class TargetNotCreatedError(PipelineError):
+    error_class = "AUTOCDC_PIPELINE_TARGET_NOT_CREATED"
+    template = (
+        "Dataset `{dataset}` has no table yet: its flows have applied nothing. Run pipeline "
+        "`{pipeline}` first (`autocdc run`), then read it."
+    )
+
+
 class SourceDataLostError(PipelineError):
     """Spark's Kafka source found offsets in the checkpoint that the broker does not have:
     see :func:`autocdc.pipelines.execute.runner.data_lost`."""

@@ -4,6 +4,7 @@ and ``autocdc status`` say what was staged and applied."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,10 +13,11 @@ from changes import A, B, C, rows
 from projects import drop, scd1_rows, scd2_rows, write_project
 from reference import fold_scd1, fold_scd2
 
+from autocdc import pipelines as dp
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project
 from autocdc.pipelines.execute import pipeline, runner
-from autocdc.pipelines.operations import overview
+from autocdc.pipelines.operations import overview, query
 
 FEED = """
 from autocdc import pipelines as dp
@@ -100,3 +102,52 @@ def test_autocdc_apply_applies_what_is_staged(spark, warehouse, tmp_path, new_ta
 def test_apply_is_a_command():
     args = cli._parser().parse_args(["apply", "latest", "history"])
     assert (args.command, args.datasets) == ("apply", ["latest", "history"])
+
+
+def test_pipeline_users_read_staged_changes_without_declaring_the_flow_again(
+    spark, warehouse, tmp_path, new_table, capsys
+):
+    """Between applies (as in a continuous run), ``dp.current``, the
+    ``<table>__autocdc_current`` views and ``autocdc query --fresh`` answer with the
+    staged changes merged in, from the project's own Python and SQL definitions."""
+    database = new_table("stale_read")
+    spec = write_project(
+        tmp_path,
+        database,
+        {"feed.py": FEED, "history.sql": HISTORY},
+        {"spark.sql.warehouse.dir": str(warehouse)},
+    )
+    drop(tmp_path, "1", A)
+    ran = _run(spark, spec)
+    for flow in ("latest", "history_cdc"):
+        engine = ran.graph.kinds[flow].engine
+        engine.stage(
+            spark.createDataFrame(rows(B), "id INT, a STRING, b INT, op STRING, seq BIGINT")
+        )
+    assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A)  # the table: stale
+    live = {r.id: (r.a, r.b) for r in dp.current("latest", spec, spark).collect()}
+    assert live == fold_scd1(A + B)
+    opened = {(k, v) for k, v, _start, end in fold_scd2(A + B) if end is None}
+    assert {(r.id, (r.a, r.b)) for r in dp.current("history", spec, spark).collect()} == opened
+    views = dp.current_views(spec, spark, fresh=True)
+    try:
+        assert sorted(views) == sorted(
+            ["latest__autocdc_current", "latest", "history__autocdc_current", "history"]
+        )
+        history = {
+            (r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"])
+            for r in spark.table("history").collect()
+        }
+        assert history == fold_scd2(A + B)
+        args = cli._parser().parse_args(
+            ["query", "--json", "--fresh", "--spec", str(spec), "SELECT id, a, b FROM latest"]
+        )
+        capsys.readouterr()
+        assert query.main_query(args, project.load(spec), spark) == 0
+        printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert {r["id"]: (r["a"], r["b"]) for r in printed} == fold_scd1(A + B)
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
+    with pytest.raises(errors.NoSuchDatasetError):
+        dp.current("nope", spec, spark)
