@@ -181,6 +181,12 @@ class FlowDefinition(BaseModel):
     apply_as_truncates: str | Column | None = Field(
         default=None, description="SQL expression or Column: true for a TRUNCATE (type 1 only)."
     )
+    apply_as_upserts: str | Column | None = Field(
+        default=None,
+        description="SQL expression or Column: true for an upsert. Unset, a row that is no "
+        "delete or truncate is an upsert; set, such a row that is no upsert either (an "
+        "unknown change type) is quarantined as AUTOCDC_UNKNOWN_CHANGE_TYPE.",
+    )
     column_list: list[str] | None = None
     except_column_list: list[str] | None = None
     stored_as_scd_type: Literal[1, 2] = 1

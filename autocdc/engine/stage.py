@@ -20,6 +20,7 @@ from autocdc.engine.errors import (
     QUARANTINE_MALFORMED_RECORD,
     QUARANTINE_NULL_KEY,
     QUARANTINE_NULL_SEQUENCE,
+    QUARANTINE_UNKNOWN_CHANGE_TYPE,
     NondeterministicExpressionError,
 )
 from autocdc.engine.spec import FlowDefinition, to_column
@@ -85,7 +86,7 @@ def sequence_type(df: DataFrame, spec: FlowDefinition) -> DataType:
 def check_deterministic(df: DataFrame, spec: FlowDefinition) -> None:
     """Refuse a sequence or operation expression that a replay could evaluate differently."""
     exprs = {"sequence_by": sequence(df, spec)}
-    for field in ("apply_as_deletes", "apply_as_truncates"):
+    for field in ("apply_as_deletes", "apply_as_truncates", "apply_as_upserts"):
         if getattr(spec, field) is not None:
             exprs[field] = to_column(getattr(spec, field))
     for field, expr in exprs.items():
@@ -97,19 +98,18 @@ def check_deterministic(df: DataFrame, spec: FlowDefinition) -> None:
             raise NondeterministicExpressionError(field=field, expression=projected.sql())
 
 
+def _flag(expression: str | Column | None) -> Column:
+    """A condition that is false where it is NULL (or not given)."""
+    return F.lit(False) if expression is None else F.coalesce(to_column(expression), F.lit(False))
+
+
 def operation(df: DataFrame, spec: FlowDefinition) -> Column:
     """Each row's operation: from ``apply_as_*``, else (no ``sequence_by``) from the feed's
     ``_CHANGE_TYPE``, else an upsert."""
-
-    def flag(expression: str | Column | None) -> Column:
-        return (
-            F.lit(False) if expression is None else F.coalesce(to_column(expression), F.lit(False))
-        )
-
     if change_rows.reads_change_type(spec, df.columns):
         is_truncate, is_delete = change_rows.is_truncate(), change_rows.is_delete()
     else:
-        is_truncate, is_delete = flag(spec.apply_as_truncates), flag(spec.apply_as_deletes)
+        is_truncate, is_delete = _flag(spec.apply_as_truncates), _flag(spec.apply_as_deletes)
     return F.when(is_truncate, TRUNCATE).when(is_delete, DELETE).otherwise(UPSERT)
 
 
@@ -118,10 +118,11 @@ def stage(
 ) -> StagedBatch:
     """Tag operations and sequence; leave out the rows a source marked as no change
     (:data:`change_rows.NO_CHANGE`); route malformed rows (corrupt-record column set), then
-    (with no ``sequence_by``) rows whose change columns cannot be read, then rows with a
-    NULL key or sequence (or a NULL field of a struct sequence), to ``rejected``.
-    ``source_columns``: the batch's own columns, as the quarantine keeps them (the raw
-    text of a malformed row included)."""
+    (with no ``sequence_by``) rows whose change columns cannot be read, then (with
+    ``apply_as_upserts``) rows of an unknown change type, then rows with a NULL key or
+    sequence (or a NULL field of a struct sequence), to ``rejected``. ``source_columns``:
+    the batch's own columns, as the quarantine keeps them (the raw text of a malformed row
+    included)."""
     any_null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in keys])
     sequenced = df.withColumn(SEQ, sequence(df, spec))
     null_sequence = any_null(col(SEQ), sequenced.schema[SEQ].dataType)
@@ -131,6 +132,9 @@ def stage(
     checks = [(F.coalesce(col(change_rows.NO_CHANGE), F.lit(False)), SKIPPED)] if skips else []
     checks += [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
     checks += change_rows.checks(spec, df.columns)
+    if spec.apply_as_upserts is not None:  # declared: a row no condition names is unknown
+        unknown = (col(OP) == UPSERT) & ~_flag(spec.apply_as_upserts)
+        checks.append((unknown, QUARANTINE_UNKNOWN_CHANGE_TYPE))
     checks += [
         (null_sequence, QUARANTINE_NULL_SEQUENCE),
         ((col(OP) != TRUNCATE) & any_null_key, QUARANTINE_NULL_KEY),

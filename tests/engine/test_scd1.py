@@ -26,6 +26,7 @@ from autocdc.engine.errors import (
     QUARANTINE_LATE_BEYOND_HORIZON,
     QUARANTINE_NULL_KEY,
     QUARANTINE_NULL_SEQUENCE,
+    QUARANTINE_UNKNOWN_CHANGE_TYPE,
 )
 
 
@@ -184,6 +185,31 @@ def test_a_truncate_that_changes_no_key_still_moves_the_horizon(spark, new_table
     assert metrics.batch_id == flow.committed_batch(spark) == before + 1
     flow.apply(spark.createDataFrame([(2, "Older", "Y", "INSERT", 7)], SCHEMA))
     assert_target(spark, target, [])
+
+
+@pytest.mark.parametrize("scd_type", [1, 2])
+def test_a_change_type_no_condition_names_is_an_upsert_unless_upserts_are_declared(
+    spark, new_table, scd_type
+):
+    """Default (the anchors' rule): a row that is no delete is an upsert, "MERGE" too.
+    With ``apply_as_upserts`` declared, it is an unknown change type: quarantined with
+    its own reason, the rest applied."""
+    unknown = (127, "Who", "Knows", "MERGE", 7)
+    plain = users_flow(new_table("types"), stored_as_scd_type=scd_type)
+    plain.apply(spark.createDataFrame([*EXAMPLE, unknown], SCHEMA))
+    assert spark.table(plain.target).where("userId = 127").count() == 1
+    declared = users_flow(
+        new_table("types"),
+        stored_as_scd_type=scd_type,
+        apply_as_upserts="operation IN ('INSERT', 'UPDATE')",
+    )
+    metrics = declared.apply(spark.createDataFrame([*EXAMPLE, unknown], SCHEMA))
+    assert metrics.quarantined == 1
+    current = declared.current(spark).select("userId", "name", "city")
+    expected = spark.createDataFrame(EXPECTED, "userId int, name string, city string")
+    assert_df_equality(current, expected, ignore_row_order=True, ignore_nullable=True)
+    reasons = [r.reason for r in spark.table(declared.quarantine_table).collect()]
+    assert reasons == [QUARANTINE_UNKNOWN_CHANGE_TYPE]
 
 
 def test_bad_rows_are_quarantined_rest_applied(spark, new_table):

@@ -253,6 +253,11 @@ def test_defaults_and_truncates() -> None:
     assert cdc("SEQUENCE BY ts").stored_as_scd_type == 1
 
 
+def test_upserts_declared_as_a_condition() -> None:
+    flow = cdc("APPLY AS DELETE WHEN op = 'D' APPLY AS UPSERT WHEN op IN ('I', 'U') SEQUENCE BY ts")
+    assert (flow.apply_as_deletes, flow.apply_as_upserts) == ("op = 'D'", "op IN ('I', 'U')")
+
+
 def test_expressions_are_exact_source_slices() -> None:
     flow = cdc(
         "APPLY AS DELETE WHEN op = 'D' AND x IN ('a;b', \"c)\")\n"

@@ -348,6 +348,7 @@ def _cdc_definition(statement: sql.AutoCdcStatement, at: str) -> FlowDefinition:
         "sequence_by": statement.sequence_by,
         "apply_as_deletes": statement.apply_as_deletes,
         "apply_as_truncates": statement.apply_as_truncates,
+        "apply_as_upserts": statement.apply_as_upserts,
         "column_list": statement.column_list,
         "except_column_list": statement.except_column_list,
         "track_history_column_list": statement.track_history_column_list,

@@ -61,13 +61,15 @@ format: "USING"i IDENT
 source: STREAM "(" name ")" | STREAM? name
 snapshot: "SNAPSHOT"i name
 keys: "KEYS"i "(" _columns ")"
-_cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | sequence_by
+_cdc_clause: ignore_null_updates | apply_as_deletes | apply_as_truncates | apply_as_upserts
+    | sequence_by
     | columns | stored_as_scd_type | track_history | columns_to_update | sequence_group
     | max_staleness | max_staged_rows
 _snapshot_clause: stored_as_scd_type | track_history | sequence_by
 ignore_null_updates: "IGNORE"i "NULL"i "UPDATES"i ("ON"i _selection)?
 apply_as_deletes: "APPLY"i "AS"i "DELETE"i "WHEN"i expr
 apply_as_truncates: "APPLY"i "AS"i "TRUNCATE"i "WHEN"i expr
+apply_as_upserts: "APPLY"i "AS"i "UPSERT"i "WHEN"i expr
 sequence_by: "SEQUENCE"i "BY"i expr
 // the flow's sequence group, IN the target's groups: each a name and its columns
 sequence_group: "SEQUENCE"i "GROUP"i column "IN"i "(" group_def ("," group_def)* ")"
@@ -213,6 +215,7 @@ class AutoCdcStatement:
     ignore_null_updates_column_list: list[str] | None = None  # IGNORE NULL UPDATES ON a, b
     ignore_null_updates_except_column_list: list[str] | None = None  # ... ON * EXCEPT (a)
     sequence_group: str | None = None  # SEQUENCE GROUP g IN (g (a, b), h (c))
+    apply_as_upserts: str | None = None  # APPLY AS UPSERT WHEN: the rest is quarantined
     sequence_groups: dict[str, list[str]] | None = None
     max_staleness: str | None = None  # MAX STALENESS INTERVAL 10 MINUTES, as an interval text
     max_staged_rows: int | None = None  # MAX STAGED ROWS 100000
@@ -316,6 +319,7 @@ _CLAUSE_WORDS = {
     "ignore_null_updates": "IGNORE NULL UPDATES",
     "apply_as_deletes": "APPLY AS DELETE WHEN",
     "apply_as_truncates": "APPLY AS TRUNCATE WHEN",
+    "apply_as_upserts": "APPLY AS UPSERT WHEN",
     "sequence_by": "SEQUENCE BY",
     "columns": "COLUMNS",
     "columns_to_update": "COLUMNS TO UPDATE",
@@ -492,6 +496,7 @@ class _Builder(Transformer):
             sequence_by=_first(c, "sequence_by"),
             apply_as_deletes=_first(c, "apply_as_deletes"),
             apply_as_truncates=_first(c, "apply_as_truncates"),
+            apply_as_upserts=_first(c, "apply_as_upserts"),
             column_list=columns,
             except_column_list=except_columns,
             stored_as_scd_type=scd_type,
