@@ -182,6 +182,8 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     of the project's; ``status`` and ``history`` read the tables without Spark."""
     if args.command in ("status", "history"):
         return _report(args, spec)
+    if getattr(args, "replay_from", None) is not None:  # what can be refused without Spark
+        replay.refuse_early(spec, args.replay_from)
     spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
     options = runner.Options(
         full_refresh=getattr(args, "full_refresh", set()),
