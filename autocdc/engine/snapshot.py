@@ -35,6 +35,7 @@ numbers above still say which snapshots were processed; S orders them against ch
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from functools import reduce
 from typing import Any, Literal
@@ -217,6 +218,14 @@ class SnapshotDefinition(BaseModel):
         return self.name or self.target
 
 
+def _declared(sequence: str) -> str:
+    """The type a change flow declared, from its sequence's on the shared clock
+    (``struct<sequence:bigint,__autocdc_tier:tinyint>`` -> ``bigint``): the one its user
+    wrote, and the one the snapshot's position must have."""
+    shared = re.fullmatch(rf"struct<{clock.SEQUENCE_FIELD}:(.+),{clock.TIER_FIELD}:\w+>", sequence)
+    return shared[1] if shared else sequence
+
+
 class AutoCdcSnapshotFlow(SnapshotDefinition):
     """A running snapshot flow: ``apply`` one snapshot at its version, or ``run`` a source
     (a table or view, or a ``next_snapshot(latest_version)`` function).
@@ -293,8 +302,8 @@ class AutoCdcSnapshotFlow(SnapshotDefinition):
         raise SnapshotSequenceError(
             flow=self.flow_name,
             target=self.target,
-            why=f"{other} sequence is {changes}, the snapshot's position (`sequence_by`) "
-            f"is {position}"
+            why=f"{other} sequence is {_declared(changes)}, the snapshot's position "
+            f"(`sequence_by`) is {position}"
             + ("" if tiered else ", and the change flows are not declared snapshot_target"),
             remedy="Make `sequence_by` give the change flows' sequence type (CAST it, or "
             "autocdc.hex_sequence for an LSN or a _CHANGE_SEQUENCE_NUMBER), declare "

@@ -82,9 +82,21 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--spec", type=Path, help="spark-pipeline.yml (default: found)")
     for command in (status, history):
         command.add_argument("--json", action="store_true", help="stable JSON, for scripts")
-    run.add_argument("--full-refresh", type=_names, default=set(), metavar="A,B")
-    run.add_argument("--full-refresh-all", action="store_true")
-    run.add_argument("--refresh", type=_names, metavar="A,B")
+    run.add_argument(
+        "--full-refresh",
+        type=_names,
+        default=set(),
+        metavar="A,B",
+        help="datasets to rebuild: their tables, autocdc state, quarantine and checkpoints "
+        "are dropped, then their flows read their sources from the start",
+    )
+    run.add_argument("--full-refresh-all", action="store_true", help="rebuild every dataset")
+    run.add_argument(
+        "--refresh",
+        type=_names,
+        metavar="A,B",
+        help="run only these datasets (and those fully refreshed); default: every dataset",
+    )
     run.add_argument(
         "--expect-deletes",
         type=_names,
@@ -108,7 +120,9 @@ def _parser() -> argparse.ArgumentParser:
         type=_replay_from,
         metavar="FLOW=KIND:VALUE",
         help="rewind one flow to a position of its source first: version:N or "
-        "timestamp:T (a Delta table), offsets:JSON|earliest or timestamp:T (Kafka)",
+        "timestamp:T (a Delta table), offsets:JSON|earliest or timestamp:T (Kafka), "
+        "lsn:X/Y (a PostgreSQL capture's change table), "
+        'watermark:{"column": value} (a WATERMARK extraction); see docs/operations.md',
     )
     report.add_arguments(commands.add_parser("report", help="write the status page (HTML)"))
     query.add_arguments(commands.add_parser("query", help="SQL over the tables, fresh reads"))
@@ -169,6 +183,8 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     of the project's; ``status`` and ``history`` read the tables without Spark."""
     if args.command in ("status", "history"):
         return _report(args, spec)
+    if getattr(args, "replay_from", None) is not None:  # what can be refused without Spark
+        replay.refuse_early(spec, args.replay_from)
     spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
     if args.command == "query":
         return query.main_query(args, spec, spark)

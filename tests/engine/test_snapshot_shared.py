@@ -20,7 +20,6 @@ from autocdc.engine.errors import (
     SnapshotPositionError,
     SnapshotSequenceError,
 )
-from autocdc.pipelines import errors
 from autocdc.pipelines.declare.sql import parse
 
 FEED = "id int, a string, b int, op string, seq bigint"
@@ -203,6 +202,12 @@ def test_pipeline_snapshot_flow_beside_a_change_flow(spark, tmp_path, new_table)
     text = SHARED_SQL.replace("CAST(3 AS BIGINT)", "'3'")
     spec = write_project(tmp_path / "refused", other, {"feed.py": PYSPARK_SCD1, "snap.sql": text})
     drop(tmp_path / "refused", "1", A)
-    with pytest.raises(errors.FlowAnalysisError) as refused:
+    with pytest.raises(SnapshotSequenceError) as refused:  # the class, not FLOW_INVALID's
         run(spark, spec)
-    assert isinstance(refused.value.__cause__, SnapshotSequenceError)
+    params = refused.value.params
+    assert (params["flow"], params["target"]) == ("snap", f"{other}.latest")
+    # the types as declared: the change flow's bigint, not its sequence on the shared clock
+    assert params["why"].startswith("change flow `latest`'s sequence is bigint, ")
+    assert "position (`sequence_by`) is string" in params["why"]
+    assert "struct" not in params["why"] and "__autocdc_tier" not in str(refused.value)
+    assert "snap.sql:5" in params["remedy"] and "--full-refresh latest" in params["remedy"]

@@ -5,7 +5,10 @@ running flow from it without validating it again."""
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -17,7 +20,8 @@ from autocdc import pipelines as dp
 from autocdc.engine.errors import TrackHistoryWithScd1Error
 from autocdc.engine.snapshot import SnapshotDefinition
 from autocdc.engine.spec import FlowDefinition
-from autocdc.pipelines.declare import registry
+from autocdc.pipelines.declare import project, registry, scaffold
+from autocdc.pipelines.errors import PipelineDefinitionError
 from autocdc.pipelines.execute import graph, kinds
 
 
@@ -135,3 +139,52 @@ def test_a_definition_is_validated_once(declared, monkeypatch) -> None:
     assert (full.cluster_by, full.table_properties) == (["id"], {"k": "v"})
     assert (snapshot.target, snapshot.flow_name) == ("db.u", "u")
     assert declared.flows["full"].definition.target == "t"  # the declaration as it was
+
+
+def _sample(tmp_path: Path, import_line: str | None = None) -> project.Project:
+    """``autocdc init``'s project, its Python flow given ``max_staleness`` (and its
+    import replaced by ``import_line``)."""
+    root = scaffold.create(tmp_path / "shop")
+    flow = root / "transformations" / "customers.py"
+    text = flow.read_text().replace(
+        'except_column_list=["op", "seq"],',
+        'except_column_list=["op", "seq"],\n    max_staleness="1 minute",',
+    )
+    if import_line is not None:
+        text = re.sub(r"^from \S+ import pipelines as dp.*$", import_line, text, flags=re.M)
+    flow.write_text(text)
+    return project.load(root / "spark-pipeline.yml")
+
+
+def test_the_sample_takes_autocdcs_options(tmp_path) -> None:
+    """``autocdc init``'s Python flow imports autocdc's ``dp``: an autocdc option added to
+    it is declared, as written."""
+    loaded = registry.load(_sample(tmp_path), spark=None)  # type: ignore[arg-type]
+    flow = loaded.flows["customers"]
+    assert isinstance(flow, registry.CdcFlow)
+    assert flow.definition.max_staleness == timedelta(minutes=1)
+    assert set(loaded.flows) == {"customers", "customer_changes", "customers_history_cdc"}
+
+
+def test_an_autocdc_option_given_to_pysparks_dp_says_which_import(tmp_path) -> None:
+    """pyspark's ``dp`` lacks ``max_staleness``: the definition error says to import
+    autocdc's, where the bare TypeError said only "Fix the library file"."""
+    spec = _sample(tmp_path, "from pyspark import pipelines as dp")
+    with pytest.raises(PipelineDefinitionError) as refused:
+        registry.load(spec, spark=None)  # type: ignore[arg-type]
+    params = refused.value.params
+    lines = (spec.root / "transformations" / "customers.py").read_text().splitlines()
+    call = lines.index("dp.create_auto_cdc_flow(") + 1
+    assert params["where"].endswith(f"transformations/customers.py:{call}")
+    assert "unexpected keyword argument 'max_staleness'" in params["problem"]
+    assert "`max_staleness` is an option of autocdc's create_auto_cdc_flow" in params["hint"]
+    assert "from autocdc import pipelines as dp" in params["hint"]
+
+
+def test_a_keyword_neither_dp_has_keeps_the_plain_hint(tmp_path) -> None:
+    spec = _sample(tmp_path, "from pyspark import pipelines as dp")
+    flow = spec.root / "transformations" / "customers.py"
+    flow.write_text(flow.read_text().replace("max_staleness=", "max_stalenes="))
+    with pytest.raises(PipelineDefinitionError) as refused:
+        registry.load(spec, spark=None)  # type: ignore[arg-type]
+    assert refused.value.params["hint"] == "Fix the library file."

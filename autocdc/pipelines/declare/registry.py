@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import inspect
 import os
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -440,8 +442,29 @@ def _import(path: Path, spark: SparkSession) -> None:
         raise PipelineDefinitionError(
             where=_failure_site(error, path),
             problem=f"{type(error).__name__}: {error}",
-            hint="Fix the library file.",
+            hint=_autocdc_keyword(error) or "Fix the library file.",
         ) from error
+
+
+_UNEXPECTED = re.compile(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'")
+
+
+def _autocdc_keyword(error: Exception) -> str | None:
+    """The hint for a keyword pyspark's ``dp`` lacks and autocdc's has (``max_staleness=``
+    given to pyspark's ``create_auto_cdc_flow``): a file written with
+    ``from pyspark import pipelines as dp`` gets a bare TypeError otherwise."""
+    import autocdc.pipelines as ours
+
+    found = _UNEXPECTED.search(str(error)) if isinstance(error, TypeError) else None
+    if found is None or found[1] not in ours.__all__:
+        return None
+    function, keyword = found[1], found[2]
+    if keyword not in inspect.signature(getattr(ours, function)).parameters:
+        return None
+    return (
+        f"`{keyword}` is an option of autocdc's {function}, not of pyspark's: import "
+        "`from autocdc import pipelines as dp` (the same functions, with autocdc's options)."
+    )
 
 
 def load(project: Project, spark: SparkSession) -> Registry:

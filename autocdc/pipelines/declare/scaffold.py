@@ -1,7 +1,8 @@
 """``autocdc init``: a sample project that ``autocdc run`` runs at once.
 
 A file-drop folder of JSON change files feeds two AUTO CDC flows: one in Python
-(pyspark's own ``dp``, SCD type 1) and one in SQL (SCD type 2).
+(autocdc's ``dp``, so every autocdc parameter, ``max_staleness=`` say, can be added to it)
+and one in SQL (SCD type 2).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ libraries:
     "transformations/customers.py": '''\
 """Customers, latest version per id (SCD type 1), from the change files in data/changes."""
 
-from pyspark import pipelines as dp
+from autocdc import pipelines as dp  # pyspark's dp, plus autocdc's keyword-only options
 
 # `_corrupt_record` catches a line that does not parse or a field of the wrong type (Spark
 # fills it only when the schema names it): autocdc quarantines such a line with its raw

@@ -25,6 +25,7 @@ from autocdc.engine.errors import (
     AutoCdcError,
     DefinitionChangedError,
     MaxStalenessUnsupportedError,
+    SnapshotSequenceError,
     TargetNotPartialError,
 )
 from autocdc.engine.stage import sequence_type
@@ -272,6 +273,9 @@ def resolve(
                     raise FlowAnalysisError(
                         where=current.where, flow=current.name, problem=problem
                     ) from error
+                except SnapshotSequenceError as error:  # its class, as the docs promise
+                    snapshot = next(f for f in flows[name] if isinstance(f, SnapshotFlow))
+                    raise _on_the_pipelines_clock(error, snapshot, name) from error
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
@@ -312,6 +316,21 @@ def _cycle(blocked: dict[str, tuple[str, Flow]]) -> CycleError:
         path.append(blocked[path[-1]][0])
     cycle = [*path[path.index(blocked[path[-1]][0]) :], blocked[path[-1]][0]]
     return CycleError(cycle=" -> ".join(cycle), where=blocked[cycle[0]][1].where)
+
+
+def _on_the_pipelines_clock(
+    error: SnapshotSequenceError, snapshot: SnapshotFlow, dataset: str
+) -> SnapshotSequenceError:
+    """``error`` with the remedy a pipeline's user takes: the run puts the change flows on
+    the shared clock itself, so what is left is the snapshot flow's position, where it is
+    declared, or a target built before without it."""
+    remedy = (
+        f"Make the position of `{snapshot.name}` ({snapshot.where}: `sequence_by`, SQL "
+        "`SEQUENCE BY`) give the change flows' sequence type (CAST it, or "
+        "autocdc.hex_sequence for an LSN or a _CHANGE_SEQUENCE_NUMBER); a target built "
+        f"without the snapshot flow starts over with `autocdc run --full-refresh {dataset}`."
+    )
+    return SnapshotSequenceError(**{**error.params, "remedy": remedy})
 
 
 def _in_pipeline(error: AutoCdcError, dataset: str) -> AutoCdcError:

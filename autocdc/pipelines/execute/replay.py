@@ -164,6 +164,34 @@ def _why_not(flow: Flow) -> str | None:
     return None
 
 
+def refuse_early(project: Project, replay: Replay) -> None:
+    """Raise, before Spark starts, what :func:`rewind_flow` would raise once it has: the
+    flow is unknown, its kind has no positions, or it reads files (its view one plain
+    streaming read of them). What the declarations alone cannot tell is left to the run
+    (:mod:`autocdc.pipelines.declare.sparkless`)."""
+    from autocdc.pipelines.declare import sparkless
+
+    declared = sparkless.load(project)
+    if declared is None:
+        return
+    by_target: dict[str, list[Flow]] = {}
+    for flow in declared.flows.values():
+        by_target.setdefault(flow.target, []).append(flow)
+    flow, dataset = _find(by_target, replay.flow)
+    why = _why_not(flow)
+    if why is None and isinstance(flow, CdcFlow) and flow.extraction is None:
+        read = sparkless.streaming_read(declared, flow.source)
+        if read is not None and read.kind not in ("delta", "kafka"):
+            why = (
+                f"it reads {'files' if read.kind == 'files' else 'a source'} "
+                f"({read.format}), which have no positions: land them "
+                "in a streaming table (a bronze Delta table) and have the flow read that, "
+                "then replay it by version (docs/operations.md)"
+            )
+    if why is not None:
+        raise ReplayUnsupportedError(flow=flow.name, why=why, dataset=dataset)
+
+
 def rewind_flow(
     spark: SparkSession,
     project: Project,
