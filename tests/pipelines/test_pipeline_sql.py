@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from autocdc import pipelines as dp
+from autocdc.engine.spec import FlowDefinition
+from autocdc.pipelines.declare import sql
 from autocdc.pipelines.declare.sql import (
     AutoCdcSnapshotStatement,
     AutoCdcStatement,
@@ -584,3 +589,19 @@ def test_max_staleness(clause: str, interval: str) -> None:
     statement = cdc(f"SEQUENCE BY max_seq {clause} MAX STAGED ROWS 500")
     assert (statement.max_staleness, statement.max_staged_rows) == (interval, 500)
     assert statement.sequence_by == "max_seq"
+
+
+def test_python_sql_and_the_definition_name_the_same_fields() -> None:
+    """One field list: a flow option is spelled as the definition's field in ``dp`` and in
+    the SQL statement (the registry passes the statement's fields by name), so a new one
+    cannot be left out of either. SQL leaves to the table and to the run what Python
+    declares per flow."""
+    fields = set(FlowDefinition.model_fields)
+    python = set(inspect.signature(dp.create_auto_cdc_flow).parameters)
+    assert python - {"source", "once", "extract_options"} == fields
+    statement = {f.name for f in dataclasses.fields(sql.AutoCdcStatement)}
+    in_sql = statement - {"source", "once", "streaming", "location"}
+    elsewhere = {"cluster_by", "table_properties"}  # the streaming table's clauses
+    placed = {"partial_target", "snapshot_target"}  # the run's, for every flow into a target
+    not_yet = {"tombstone_retention_days", "late_beyond_horizon"}  # Python only, for now
+    assert in_sql == fields - elsewhere - placed - not_yet

@@ -9,6 +9,7 @@ own CLI to load unchanged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import inspect
@@ -345,33 +346,14 @@ class Registry(GraphElementRegistry):
 
 
 def _cdc_definition(statement: sql.AutoCdcStatement, at: str) -> FlowDefinition:
-    """The definition an AUTO CDC statement declares (a clause it leaves out: the default)."""
-    clauses = {
-        "sequence_by": statement.sequence_by,
-        "apply_as_deletes": statement.apply_as_deletes,
-        "apply_as_truncates": statement.apply_as_truncates,
-        "apply_as_upserts": statement.apply_as_upserts,
-        "column_list": statement.column_list,
-        "except_column_list": statement.except_column_list,
-        "track_history_column_list": statement.track_history_column_list,
-        "track_history_except_column_list": statement.track_history_except_column_list,
-        "columns_to_update": statement.columns_to_update,
-        "ignore_null_updates_column_list": statement.ignore_null_updates_column_list,
-        "ignore_null_updates_except_column_list": statement.ignore_null_updates_except_column_list,
-        "sequence_group": statement.sequence_group,
-        "sequence_groups": statement.sequence_groups,
-        "max_staleness": statement.max_staleness,
-        "max_staged_rows": statement.max_staged_rows,
-    }
+    """The definition an AUTO CDC statement declares: its fields of the definition's names
+    (a clause it leaves out, None: the default)."""
+    fields = [
+        f.name for f in dataclasses.fields(statement) if f.name in FlowDefinition.model_fields
+    ]
+    clauses = {name: getattr(statement, name) for name in fields}
     return declared(
-        FlowDefinition,
-        at,
-        target=statement.target,
-        name=statement.name,
-        keys=statement.keys,
-        stored_as_scd_type=statement.stored_as_scd_type,
-        ignore_null_updates=statement.ignore_null_updates,
-        **{clause: value for clause, value in clauses.items() if value is not None},
+        FlowDefinition, at, **{name: value for name, value in clauses.items() if value is not None}
     )
 
 
