@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 import pyspark
 import pytest
+from ports import free_port
 from processes import ROOT, child_env, error_tail
 from pyspark.sql import DataFrame, SparkSession
 from sparkconf import JVM_OPTIONS
@@ -161,12 +161,6 @@ def test_spark_submit_without_delta_says_what_to_add(project: Path) -> None:
     said = done.stderr.splitlines()
     assert "Traceback" not in done.stderr and "DeltaCatalog" not in done.stderr
     assert sum(" INFO " in line for line in said) < 60, len(said)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass(frozen=True)

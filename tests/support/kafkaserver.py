@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from pyspark.find_spark_home import _find_spark_home
 from sparkconf import PRODUCERS_CLOSED_WITHIN
 
@@ -54,12 +55,6 @@ def connect_jars(plugin: str = POSTGRES) -> list[Path]:
     name = plugin.split(":")[1].removeprefix("debezium-connector-")
     folder = "kafka-connect" if plugin == POSTGRES else f"kafka-connect-{name}"
     return _jars(folder, [plugin if c == POSTGRES else c for c in CONNECT])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _jars(folder: str, wanted: list[str]) -> list[Path]:
@@ -101,12 +96,12 @@ class Broker:
 
     def __init__(self, secured: bool = False) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="autocdc-kafka-"))
-        self.port, self.controller = _free_port(), _free_port()
+        self.port, self.controller = free_port(), free_port()
         self.servers = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self.classpath = os.pathsep.join(str(j) for j in broker_jars())
         self.secured = secured
-        self.sasl_port = _free_port() if secured else None
+        self.sasl_port = free_port() if secured else None
         self.sasl_servers = f"127.0.0.1:{self.sasl_port}" if secured else None
         self.users = {"cdc": f"scram-{uuid.uuid4().hex}"} if secured else {}
         self.truststore = self.root / "tls" / "truststore.jks"
@@ -240,7 +235,7 @@ class Connect:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.broker, self.connector = broker, connector
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen | None = None
         self.classpath = connect_jars(plugin)
 

@@ -11,13 +11,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 USER = PASSWORD = "autocdc"
 READER, READER_PASSWORD = "reader", "pw-9f3k-never-logged"  # SELECT only: how sources read
@@ -78,12 +78,6 @@ def _binaries() -> tuple[str, str, str]:
             pytest.fail("MariaDB is not installed: .ci/run installs Debian's mariadb-server")
         pytest.skip("MariaDB is not installed (apt-get install mariadb-server)")
     return found  # type: ignore[return-value]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(log: Path, lines: int = 30) -> str:
@@ -184,7 +178,7 @@ def start(tmp: Path, timeout: float = 60, binlog: bool = False) -> MariaDB:
         raise RuntimeError(f"mariadb-install-db failed:\n{installed.stdout}{installed.stderr}")
     (tmp / "init.sql").write_text(INIT + (REPLICATION if binlog else ""))
     options = [*BINLOG, *(o for o in OPTIONS if o != "--skip-log-bin")] if binlog else OPTIONS
-    server = MariaDB(root=tmp, port=_free_port(), client=client)
+    server = MariaDB(root=tmp, port=free_port(), client=client)
     server.process = subprocess.Popen(
         [
             mariadbd,

@@ -8,13 +8,13 @@ import copy
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import psycopg
 import pytest
+from ports import free_port
 
 
 def _bin_dir() -> Path | None:
@@ -23,12 +23,6 @@ def _bin_dir() -> Path | None:
         return Path(found[-1]).parent
     pg_ctl = shutil.which("pg_ctl")
     return Path(pg_ctl).resolve().parent if pg_ctl else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -44,7 +38,7 @@ class Server:
         # the `postgres` user.
         self.root = Path(tempfile.mkdtemp(prefix="autocdc-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
     def _run(self, *args: str) -> None:
