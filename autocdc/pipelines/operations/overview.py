@@ -26,7 +26,7 @@ from autocdc.pipelines.errors import UnknownFlowError
 from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.checkpoint import CheckpointFile
-from autocdc.pipelines.execute.progress import describe_lag
+from autocdc.pipelines.execute.progress import describe_lag, is_staged_apply, rows_staged
 from autocdc.pipelines.operations import lake
 from autocdc.sources import extract
 
@@ -268,29 +268,29 @@ def history(project: Project, flow: str, last: int) -> dict[str, Any]:
     return {
         "pipeline": project.name,
         "flow": flow,
-        "batches": [
-            {
-                "run_id": r["run_id"],
-                "time": _iso(r["t"]),
-                "batch_id": r["batch_id"],
-                "stream_batch_id": r["stream_batch_id"],
-                "rows_in": r["rows_in"],
-                "upserted": r["upserted"],
-                "deleted": r["deleted"],
-                "quarantined": r["quarantined"],
-                "seconds": r["seconds"],
-                "metrics": json.loads(r["metrics"]),
-                "source_position": json.loads(r["source_position"])
-                if r["source_position"]
-                else None,
-                "lag": {
-                    "files": r["lag_files"],
-                    "bytes": r["lag_bytes"],
-                    "seconds": r["lag_seconds"],
-                },
-            }
-            for r in reversed(rows)
-        ],
+        "batches": [_batch(r) for r in reversed(rows)],
+    }
+
+
+def _batch(r: dict[str, Any]) -> dict[str, Any]:
+    """One batch event as ``history --json`` lists it."""
+    metrics = json.loads(r["metrics"])
+    return {
+        "run_id": r["run_id"],
+        "time": _iso(r["t"]),
+        "batch_id": r["batch_id"],
+        "stream_batch_id": r["stream_batch_id"],
+        "rows_in": r["rows_in"],
+        "upserted": r["upserted"],
+        "deleted": r["deleted"],
+        "quarantined": r["quarantined"],
+        "seconds": r["seconds"],
+        "metrics": metrics,
+        # A max_staleness flow's: rows the micro-batch staged, staged rows applied.
+        "staged": rows_staged(metrics),
+        "applied_staged": metrics.get("applied_staged", 0),
+        "source_position": json.loads(r["source_position"]) if r["source_position"] else None,
+        "lag": {"files": r["lag_files"], "bytes": r["lag_bytes"], "seconds": r["lag_seconds"]},
     }
 
 
@@ -375,19 +375,23 @@ def _number(batch: dict[str, Any]) -> int | None:
 
 def show_history(doc: dict[str, Any], console: Console) -> None:
     """Micro-batches by their query's number; ``commit`` is the engine's id of the target
-    state the batch left (a batch that changed nothing commits nothing: the same id)."""
+    state the batch left (a batch that changed nothing commits nothing: the same id). A
+    ``max_staleness`` flow's rows wait staged (``staged``: the rows a micro-batch staged)
+    until an apply, its own row (``apply``), applies them."""
     console.print(f"flow {doc['flow']} of pipeline {doc['pipeline']}")
     table = Table("micro-batch", "commit", "at (UTC)", "rows in", "upserted", "deleted", box=None)
-    for name in ("quarantined", "stale", "seconds", "lag files", "run"):
+    for name in ("staged", "quarantined", "stale", "seconds", "lag files", "run"):
         table.add_column(name)
     for b in doc["batches"]:
+        apply = is_staged_apply(b["metrics"])
         table.add_row(
-            _dash(_number(b)),
+            "apply" if apply else _dash(_number(b)),
             str(b["batch_id"]),
             _when(b["time"]),
             str(b["rows_in"]),
             str(b["upserted"]),
             str(b["deleted"]),
+            _dash(b.get("staged")),
             str(b["quarantined"]),
             str(b["metrics"]["ignored_stale"]),
             f"{b['seconds']:.1f}",
