@@ -415,11 +415,11 @@ def test_an_older_event_log_gains_the_columns_added_since(tmp_path):
     log = eventlog.EventLog(location, "shop")
     first = {k: v for k, v in log.row("run_started", *[None] * 7).items() if k not in ADDED}
     write_deltalake(str(location), pa.Table.from_pylist([first], schema=older), mode="append")
-    log.write("run_finished", message="done")
+    log.write("run_stopped", message="interrupted by the user")
     table = DeltaTable(str(location))
     assert [f.name for f in table.schema().fields] == [f.name for f in eventlog.SCHEMA]
     rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["event_time"])
     assert [(r["event_type"], r["staged"], r["message"]) for r in rows] == [
         ("run_started", None, None),
-        ("run_finished", None, "done"),
+        ("run_stopped", None, "interrupted by the user"),
     ]

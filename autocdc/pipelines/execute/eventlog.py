@@ -44,6 +44,7 @@ EVENT_TYPES = (
     "run_started",
     "run_finished",
     "run_failed",
+    "run_stopped",  # the user stopped the run (Ctrl-C): not a failure
     "flow_started",
     "flow_stopped",
     "batch",

@@ -62,6 +62,8 @@ from autocdc.pipelines.execute.progress import Progress, is_staged_apply, outcom
 from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions
 
+STOPPED = "interrupted by the user"  # a run_stopped event's message
+
 
 @dataclass
 class Options:
@@ -151,6 +153,10 @@ class Runner:
             with self.progress:
                 self._run(options)
         except BaseException as error:
+            if isinstance(error, KeyboardInterrupt) or interrupt.requested():
+                # Ctrl-C (or the cancelled job it left): stopped by the user, not failed.
+                self.events.write("run_stopped", message=STOPPED)
+                raise
             # The error inside foreachBatch, not Spark's StreamingQueryException around it;
             # an autocdc error a source raised in a Python worker, rebuilt from its text.
             cause = self.failure or error

@@ -30,7 +30,9 @@ from autocdc.pipelines.execute.progress import describe_lag, is_staged_apply, ro
 from autocdc.pipelines.operations import lake
 from autocdc.sources import extract
 
-RUN_EVENTS = ("run_started", "run_finished", "run_failed")
+RUN_EVENTS = ("run_started", "run_finished", "run_failed", "run_stopped")
+# A run's status by its end event (no end event: running, or interrupted when killed).
+ENDED = {"run_finished": "finished", "run_failed": "failed", "run_stopped": "stopped"}
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 BATCH_FIELDS = ("batch_id", "stream_batch_id", "event_time", "upserted", "deleted", "metrics")
 
@@ -69,8 +71,9 @@ def _alive(host: str | None, pid: int | None) -> bool:
 
 
 def _runs(project: Project) -> dict[str, dict[str, Any]]:
-    """Each run's id, status (finished, failed, running, or interrupted: no end event and
-    its process is gone), start and end, and its error."""
+    """Each run's id, status (finished, failed, stopped: by the user, with Ctrl-C;
+    running, or interrupted: no end event and its process is gone), start and end, and
+    its error (a stopped run's message says who stopped it)."""
     runs: dict[str, dict[str, Any]] = {}
     kinds = ", ".join(lake.literal(k) for k in RUN_EVENTS)
     rows = _events(
@@ -84,7 +87,7 @@ def _runs(project: Project) -> dict[str, dict[str, Any]]:
             run.update(started=_iso(row["t"]), ended=None, error_class=None, message=None)
             run["status"] = "running" if _alive(row["host"], row["pid"]) else "interrupted"
         else:
-            run["status"] = "finished" if row["event_type"] == "run_finished" else "failed"
+            run["status"] = ENDED[row["event_type"]]
             run.update(ended=_iso(row["t"]), error_class=row["error_class"], message=row["message"])
     return runs
 
@@ -309,6 +312,8 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
         console.print(f"pipeline {doc['pipeline']}: no run yet (event log {doc['event_log']})")
         return
     failed = f": {run['error_class']}" if run.get("error_class") else ""
+    if run["status"] == "stopped":
+        failed = f" ({run['message']})" if run.get("message") else ""
     console.print(
         f"pipeline {doc['pipeline']}: last run {run['run_id']} {run['status']}{failed} "
         f"(started {_when(run['started'])} UTC, ended {_when(run['ended'])})"
