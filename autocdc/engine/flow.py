@@ -180,6 +180,7 @@ class AutoCdcFlow(FlowDefinition):
             skipped=metrics.skipped,
             quarantined=metrics.quarantined + applied.quarantined,
             stage_id=metrics.stage_id,
+            rows_staged=metrics.rows_staged,
             steps={**metrics.steps, **{f"apply.{k}": v for k, v in applied.steps.items()}},
             seconds=round(time.perf_counter() - started, 3),
         )
@@ -215,7 +216,7 @@ class AutoCdcFlow(FlowDefinition):
         try:
             counts = _counts(batch, layout.keys, False)
             steps.lap("stage")
-            quarantined = 0
+            quarantined = rows_staged = 0
             if counts.rejected:
                 rejected = quarantine.rows(
                     batch.rejected, batch.source_columns, self.flow_name, stage_id
@@ -238,6 +239,7 @@ class AutoCdcFlow(FlowDefinition):
                     staged.tagged(good, self.flow_name, stage_id),
                 )
                 crash_point("after_staged_commit")
+                rows_staged = counts.rows_in - counts.rejected if appended else 0
                 self._known = None  # read again, unless only this stage committed since
                 after = staged.version(spark, self.target)
                 if appended and known is not None and after == max(before, 0) + 1:
@@ -248,7 +250,7 @@ class AutoCdcFlow(FlowDefinition):
             batch.tagged.unpersist()
         nothing = Plan(spark.range(0), None, None)
         metrics = self._metrics(started, committed, counts, nothing, {}, steps, quarantined)
-        return replace(metrics, stage_id=stage_id)
+        return replace(metrics, stage_id=stage_id, rows_staged=rows_staged)
 
     def _due(self, pending: staged.Status) -> bool:
         """Whether the staged changes are to be applied: the oldest is older than

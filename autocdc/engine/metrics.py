@@ -46,6 +46,9 @@ class BatchMetrics:
     staged_batches: int = 0
     staged_rows: int = 0
     oldest_staged_seconds: float | None = None
+    # The rows this micro-batch staged (its rows not quarantined; 0 for a replay): what a
+    # progress line or ``autocdc history`` says happened to rows not applied yet.
+    rows_staged: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

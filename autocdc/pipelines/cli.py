@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             "goes on from there",
             file=sys.stderr,
         )
+        interrupt.release_jvm()  # no JVM left behind once the command has exited
         return 130
     except Exception as error:  # not ours to explain: its gist here, the details logged
         print(f"autocdc: {_gist(error)}\n(details in {_record(error)})", file=sys.stderr)

@@ -13,10 +13,13 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from changes import A, B, C
+from deltalake import DeltaTable, write_deltalake
 from processes import child_env, finish, start
 from projects import drop, run, write_project
 from reference import fold_scd1
@@ -46,6 +49,7 @@ dp.create_auto_cdc_flow(
     apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
 )
 """
+ADDED = ("staged", "applied_staged")  # event log columns added since its first release
 NULL_KEY = '{"id": null, "a": "x", "b": 1, "op": "U", "seq": 9}\n'
 
 
@@ -311,6 +315,19 @@ def test_batch_outcome_in_words():
         "read 5 rows: 2 applied (2 upserted, 0 deleted), 1 merged within the batch, "
         "1 stale, 1 quarantined"
     )
+    # max_staleness: 3 read, 1 quarantined, 2 staged (not dropped), 5 held now.
+    staged = replace(metrics, upserted=0, ignored_stale=0, stage_id=4, rows_staged=2, staged_rows=5)
+    staged = replace(staged, staged_batches=2, oldest_staged_seconds=44.6, rows_in=3)
+    assert outcome(staged.as_dict()) == (
+        "read 3 rows: 2 staged, 1 quarantined; 5 staged in 2 micro-batches, the oldest 45 s old"
+    )
+    # The same micro-batch made the staged rows due: 7 applied, 1 beyond the horizon.
+    due = replace(staged, applied_staged=7, upserted=3, deleted=1, ignored_stale=1)
+    due = replace(due, quarantined=2, staged_rows=0, staged_batches=0)
+    assert outcome(due.as_dict()) == (
+        "read 3 rows: 2 staged, 1 quarantined; applied 7 staged rows: 4 applied (3 upserted, "
+        "1 deleted), 1 merged within the batch, 1 stale, 1 quarantined; nothing staged"
+    )
 
 
 def test_progress_lines_and_live_table(capsys):
@@ -318,10 +335,14 @@ def test_progress_lines_and_live_table(capsys):
     with plain:
         plain.started("orders", Lag(files=3, bytes=300))
         plain.batch("orders", 7, rows=1200, seconds=2.0, lag=Lag(files=2, bytes=200))
+        plain.staged_applied("orders", 900, seconds=1.0, lag=Lag(files=0, bytes=0))
         plain.stopped("orders", Lag(files=0, bytes=0))
     assert capsys.readouterr().out == (
         "autocdc: flow orders: micro-batch 7; this run 1 micro-batch, 1,200 rows, 600 rows/s; "
         "lag 2 files (200 bytes)\n"
+        # An apply of staged rows: no micro-batch, and its rows were counted staged.
+        "autocdc: flow orders: applied 900 staged rows; this run 1 micro-batch, 1,200 rows, "
+        "400 rows/s; lag 0 files (0 bytes)\n"
     )
 
     screen = io.StringIO()
@@ -384,3 +405,21 @@ def test_delta_source_position_and_versions_behind(spark, tmp_path):
     behind = overview.status(loaded)["flows"][0]["lag"]
     assert behind["versions"] == 1 and behind["files"] is None
     assert behind["oldest_age_seconds"] >= 0
+
+
+def test_an_older_event_log_gains_the_columns_added_since(tmp_path):
+    """A log an older autocdc wrote (without ``staged`` and ``applied_staged``) takes the
+    next run's events: the columns are added, its old rows read NULL there."""
+    location = tmp_path / "event_log"
+    older = pa.schema([f for f in eventlog.ARROW_SCHEMA if f.name not in ADDED])
+    log = eventlog.EventLog(location, "shop")
+    first = {k: v for k, v in log.row("run_started", *[None] * 7).items() if k not in ADDED}
+    write_deltalake(str(location), pa.Table.from_pylist([first], schema=older), mode="append")
+    log.write("run_stopped", message="interrupted by the user")
+    table = DeltaTable(str(location))
+    assert [f.name for f in table.schema().fields] == [f.name for f in eventlog.SCHEMA]
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["event_time"])
+    assert [(r["event_type"], r["staged"], r["message"]) for r in rows] == [
+        ("run_started", None, None),
+        ("run_stopped", None, "interrupted by the user"),
+    ]

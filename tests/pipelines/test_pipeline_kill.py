@@ -10,15 +10,19 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from changes import EVERYTHING
-from processes import child_env, finish, start
+from deltalake import DeltaTable
+from processes import alive, child_env, children, finish, start
 from projects import PYSPARK_SCD1, SQL_SCD2, drop, write_project
 from reference import fold_scd1, fold_scd2
 from sparkconf import SMALL_SPARK
 
 from autocdc.engine.faults import FAIL_ENV
+from autocdc.pipelines import cli
+from autocdc.pipelines.execute.runner import STOPPED
 
 SEED = int(os.environ.get("AUTOCDC_CRASH_SEED", "7"))
 
@@ -73,10 +77,11 @@ INTERRUPTED = [
 
 def _interrupted_when(
     tmp_path, name: str, marker: str, later: float = 0.0
-) -> tuple[int, list[str], float]:
+) -> tuple[int, list[str], float, Path]:
     """``autocdc run --continuous`` of a new project, sent SIGINT ``later`` seconds after
     ``marker`` (a path in its folder) exists: its exit code, the lines it printed after,
-    and how many seconds it took to exit."""
+    how many seconds it took to exit, and its spec. Once its JVM is up (its process a
+    child of the command's as the signal is sent), it is gone when the command exits."""
     root = tmp_path / name
     config = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(root / "warehouse")}
     spec = write_project(root, "stopped", {"feed.py": SLOW_SCD1}, config)
@@ -92,26 +97,41 @@ def _interrupted_when(
     while not (root / marker).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(later)
+    jvm = children(proc.pid)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
     output, _ = proc.communicate(timeout=300)
     assert not (root / "storage" / "autocdc-run.lock").exists()
+    if (root / "storage" / "event_log").is_dir():  # the run began: its JVM was up
+        assert jvm and [pid for pid in jvm if alive(pid)] == [], (jvm, output[-2000:])
     said = [line for line in output.splitlines() if not line.startswith("autocdc: pipeline ")]
     said = [line for line in said if not line.startswith("autocdc: running continuously")]
-    return proc.returncode, said, time.monotonic() - sent
+    return proc.returncode, said, time.monotonic() - sent, spec
 
 
 @pytest.mark.e2e
-def test_ctrl_c_at_any_moment_prints_one_line_exits_130_and_releases_the_lock(tmp_path):
+def test_ctrl_c_at_any_moment_prints_one_line_exits_130_and_releases_the_lock(tmp_path, capsys):
     """SIGINT (Ctrl-C) as the JVM starts (pyspark's own handler must not answer it, nor
     must the run wait for the JVM) and in the middle of the first apply of a continuous
-    run: exit 130, one line saying so (no py4j tracebacks), the lock released."""
-    code, said, seconds = _interrupted_when(tmp_path, "starting", "autocdc-logs/autocdc.log")
+    run: exit 130, one line saying so (no py4j tracebacks), the lock released, no JVM
+    left behind; the run is recorded as stopped by the user, not failed."""
+    code, said, seconds, _ = _interrupted_when(tmp_path, "starting", "autocdc-logs/autocdc.log")
     assert (code, said) == (130, INTERRUPTED)
     assert seconds < 5, seconds  # not once the JVM is up, 10-20 s later
     for later in (0.0, 2.0, 5.0):  # the first apply's jobs: as they start, later on
         interrupted = _interrupted_when(tmp_path, f"applying-{later:g}", "applying", later)
         assert interrupted[:2] == (130, INTERRUPTED), later
+        spec = interrupted[3]
+        log = DeltaTable(str(spec.parent / "storage" / "event_log")).to_pyarrow_table()
+        ended = [
+            (r["event_type"], r["error_class"], r["message"])
+            for r in sorted(log.to_pylist(), key=lambda r: r["event_time"])
+            if r["event_type"].startswith("run_")
+        ]
+        assert ended == [("run_started", None, None), ("run_stopped", None, STOPPED)], later
+        assert cli.main(["status", "--spec", str(spec)]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert " stopped (interrupted by the user) (started " in first, first
 
 
 RAW = """

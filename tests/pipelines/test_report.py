@@ -402,3 +402,16 @@ def test_report_without_event_log(spark, shop, tmp_path):
     assert 'AUTOCDC_NULL_KEY</code></td><td class="n">2</td>' in section
     assert "Pass --key COLUMN=VALUE" in section
     assert 'data-flow="customers_cdc"' in html  # the flow named by its quarantine rows
+
+
+def test_a_run_stopped_with_ctrl_c_shows_as_stopped():
+    """The page says how the last run ended; one stopped with Ctrl-C reads stopped (by the
+    user), not failed."""
+    run = {"run_id": "3f2a", "status": "stopped", "started": "2026-12-01T10:00:00Z"}
+    run |= {"ended": "2026-12-01T10:00:20Z", "error_class": None}
+    page = render(replace(_page(), last_run={**run, "message": "interrupted by the user"}))
+    assert (
+        "Last run <code>3f2a</code>: stopped (interrupted by the user), started "
+        "2026-12-01T10:00:00Z, ended 2026-12-01T10:00:20Z." in page
+    )
+    assert "Last run" not in render(_page())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,11 @@ def _run(spark, spec: Path) -> runner.Runner:
 
 
 def test_a_triggered_run_stages_each_micro_batch_and_applies_them_at_its_end(
-    spark, warehouse, tmp_path, new_table
+    spark, warehouse, tmp_path, new_table, capsys
 ):
+    """Each micro-batch is staged, and says so (not 0 applied, 3 merged: rows that look
+    dropped); the run's end applies them, a batch of its own in the lines, the event log
+    and ``autocdc history``, with the lag where the source was read to (every file)."""
     database = new_table("stale")
     spec = write_project(
         tmp_path,
@@ -65,6 +69,23 @@ def test_a_triggered_run_stages_each_micro_batch_and_applies_them_at_its_end(
     assert scd1_rows(spark, f"{database}.latest") == fold_scd1(A + B + C)
     assert scd2_rows(spark, f"{database}.history") == fold_scd2(A + B + C)
 
+    said = [
+        re.sub(r"\d+\.\d s \(commit \d+\)$", "T", re.sub(r"oldest \d+ s", "oldest N s", line))
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("autocdc: flow latest: ") and "rows/s" not in line
+    ]
+    assert said[:4] == [
+        "autocdc: flow latest: read 3 rows: 3 staged, 0 quarantined; "
+        "3 staged in 1 micro-batch, the oldest N s old; T",
+        "autocdc: flow latest: read 3 rows: 3 staged, 0 quarantined; "
+        "6 staged in 2 micro-batches, the oldest N s old; T",
+        "autocdc: flow latest: read 3 rows: 3 staged, 0 quarantined; "
+        "9 staged in 3 micro-batches, the oldest N s old; T",
+        # Keys 1 and 3 end deleted (never in the target), key 2's upserts fold into one.
+        "autocdc: flow latest: applied 9 staged rows: 2 applied (2 upserted, 0 deleted), "
+        "7 merged within the batch, 0 stale, 0 quarantined; nothing staged; T",
+    ]
+
     log = spark.read.format("delta").load(str(tmp_path / "storage" / "event_log"))
     batches = [r for r in log.orderBy("event_time").collect() if r.event_type == "batch"]
     for flow in ("latest", "history_cdc"):
@@ -72,11 +93,31 @@ def test_a_triggered_run_stages_each_micro_batch_and_applies_them_at_its_end(
         staged = [r for r in mine if '"stage_id": null' not in r.metrics]
         assert len(staged) == 3  # one a micro-batch, nothing applied
         assert all(r.upserted + r.deleted == 0 for r in staged)
+        assert [(r.staged, r.applied_staged) for r in mine] == [(3, 0)] * 3 + [(None, 9)]
         assert '"applied_staged": 9' in mine[-1].metrics  # the run's end applied them
+        # The apply stands where the source was read to: every file, no lag left.
+        assert (mine[-1].lag_files, mine[-1].lag_bytes, mine[-1].lag_seconds) == (0, 0, None)
+        assert mine[-1].stream_batch_id is None
     doc = overview.status(project.load(spec))
     by_flow = {f["flow"]: f for f in doc["flows"]}
     assert by_flow["latest"]["staged"]["rows"] == 0
     assert by_flow["latest"]["staged"]["last_apply_rows"] == 9
+    assert by_flow["latest"]["lag"]["files"] == 0
+
+    assert cli.main(["history", "latest", "--spec", str(spec)]) == 0
+    header, *table = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert header[6:10] == ["upserted", "deleted", "staged", "quarantined"]
+    # micro-batch; rows in, upserted, deleted, staged, quarantined (after the date and time)
+    assert [row[:1] + row[4:9] for row in table] == [
+        ["0", "3", "0", "0", "3", "0"],
+        ["1", "3", "0", "0", "3", "0"],
+        ["2", "3", "0", "0", "3", "0"],
+        ["apply", "9", "2", "0", "-", "0"],  # its own row, not a micro-batch's number
+    ]
+    assert table[-1][-2] == "0"  # lag files
+    assert cli.main(["history", "latest", "--spec", str(spec), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["batches"]
+    assert [(b["staged"], b["applied_staged"]) for b in listed] == [(3, 0)] * 3 + [(None, 9)]
 
 
 def test_autocdc_apply_applies_what_is_staged(spark, warehouse, tmp_path, new_table):

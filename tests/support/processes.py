@@ -111,3 +111,26 @@ def start_holder(
     )
     assert proc.stdout is not None and proc.stdout.readline() == b"held\n", proc.stderr
     return proc
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` now (Linux: from /proc), e.g. a command's JVM."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (name) state ppid ...": the name may hold spaces, split after it.
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (an exited one nobody reaped yet does not)."""
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

@@ -38,11 +38,13 @@ from pyspark.sql.types import (
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.execute.position import Lag
+from autocdc.pipelines.execute.progress import staging
 
 EVENT_TYPES = (
     "run_started",
     "run_finished",
     "run_failed",
+    "run_stopped",  # the user stopped the run (Ctrl-C): not a failure
     "flow_started",
     "flow_stopped",
     "batch",
@@ -78,6 +80,10 @@ SCHEMA = StructType(
         StructField("message", StringType()),
         StructField("host", StringType()),
         StructField("pid", IntegerType()),
+        # Added later (columns are only added; older logs gain them at their next write):
+        # a max_staleness flow's rows a micro-batch staged, and staged rows an apply took.
+        StructField("staged", LongType()),
+        StructField("applied_staged", LongType()),
     ]
 )
 
@@ -140,7 +146,8 @@ class EventLog:
         if message is not None:
             values["message"] = message
         frame = pa.Table.from_pylist([values], schema=ARROW_SCHEMA)
-        write_deltalake(str(self.location), frame, mode="append")
+        # "merge": a log an older autocdc wrote gains the columns added since.
+        write_deltalake(str(self.location), frame, mode="append", schema_mode="merge")
 
     def row(
         self,
@@ -179,4 +186,6 @@ class EventLog:
             "message": str(error)[:MESSAGE_LIMIT] if error is not None else None,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "staged": counts.get("rows_staged") if counts.get("stage_id") is not None else None,
+            "applied_staged": counts.get("applied_staged") if staging(counts) else None,
         }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -126,3 +127,31 @@ def sleep(seconds: float) -> None:
     """Wait ``seconds`` (a flow's pause before another attempt), Ctrl-C ending it at once."""
     _requested.wait(seconds)
     check()
+
+
+JVM_EXIT_SECONDS = 10.0  # how long a stopped command waits for its JVM to exit
+
+
+def release_jvm(timeout: float = JVM_EXIT_SECONDS) -> bool:
+    """Stop the session and end the JVM this process started, waiting for it at most
+    ``timeout`` seconds; whether it is gone (True also when there is none of ours: not
+    started yet, or spark-submit's). Without this a command stopped by Ctrl-C exits first
+    and its JVM lingers some seconds, a process the user did not expect. The context is
+    stopped first (a JVM gone under a running py4j call logs its traceback), then the
+    JVM's gateway exits when its stdin closes (pyspark's pipe, for a Python that dies)."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return True
+    context = SparkContext._active_spark_context
+    if context is not None:
+        with contextlib.suppress(Exception):  # the JVM may be ending by itself
+            context.stop()
+    with contextlib.suppress(OSError):  # already closed: the JVM is ending
+        proc.stdin.close()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True

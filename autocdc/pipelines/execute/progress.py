@@ -58,13 +58,76 @@ def merged(metrics: Mapping[str, Any]) -> int:
 def outcome(metrics: Mapping[str, Any]) -> str:
     """What a batch did with its rows, in words (``BatchMetrics.as_dict()``): ``read 5
     rows: 2 applied (2 upserted, 0 deleted), 3 merged within the batch, 0 stale, 0
-    quarantined``."""
+    quarantined``. A flow with ``max_staleness`` says what it staged, what an apply of
+    the staged rows did, and what is left staged (:func:`staged_outcome`): its 0
+    upserted would read as rows dropped."""
+    if staging(metrics):
+        return staged_outcome(metrics)
     upserted, deleted = metrics["upserted"], metrics["deleted"]
     return (
         f"read {metrics['rows_in']:,} rows: {upserted + deleted:,} applied ({upserted:,} "
         f"upserted, {deleted:,} deleted), {merged(metrics):,} merged within the batch, "
         f"{metrics['ignored_stale']:,} stale, {metrics['quarantined']:,} quarantined"
     )
+
+
+def staging(metrics: Mapping[str, Any]) -> bool:
+    """Whether a batch is a ``max_staleness`` flow's: a micro-batch staged, or an apply of
+    what was staged."""
+    return metrics.get("stage_id") is not None or bool(metrics.get("applied_staged"))
+
+
+def is_staged_apply(metrics: Mapping[str, Any]) -> bool:
+    """Whether a batch is an apply of staged rows on its own (the end of a run,
+    ``autocdc apply``, a quiet source's due apply), not a micro-batch of the source."""
+    return metrics.get("stage_id") is None and bool(metrics.get("applied_staged"))
+
+
+def rows_staged(metrics: Mapping[str, Any]) -> int | None:
+    """The rows a micro-batch staged (None: no micro-batch was staged); an event logged
+    before ``rows_staged`` was counted: its rows not quarantined."""
+    if metrics.get("stage_id") is None:
+        return None
+    return metrics.get("rows_staged", metrics["rows_in"] - metrics["quarantined"])
+
+
+def held(metrics: Mapping[str, Any]) -> str:
+    """What is left staged after a batch: ``5 staged in 2 micro-batches, the oldest 45 s
+    old``, or ``nothing staged``."""
+    rows, batches = metrics.get("staged_rows", 0), metrics.get("staged_batches", 0)
+    if not rows:
+        return "nothing staged"
+    age = metrics.get("oldest_staged_seconds")
+    said = f"{rows:,} staged in {batches:,} micro-batch{'es' if batches != 1 else ''}"
+    return said if age is None else f"{said}, the oldest {age:,.0f} s old"
+
+
+def staged_outcome(metrics: Mapping[str, Any]) -> str:
+    """A ``max_staleness`` flow's batch in words: ``read 3 rows: 3 staged, 0 quarantined;
+    5 staged in 2 micro-batches, the oldest 45 s old``; with an apply, ``applied 8 staged
+    rows: 5 applied (4 upserted, 1 deleted), 3 merged within the batch, 0 stale, 0
+    quarantined; nothing staged``."""
+    parts = []
+    quarantined = metrics["quarantined"]
+    staged = rows_staged(metrics)
+    if staged is not None:
+        # The stage's quarantined rows are those it read and did not stage; an apply in
+        # the same micro-batch quarantines the rest (changes beyond the horizon).
+        at_stage = min(quarantined, max(0, metrics["rows_in"] - staged))
+        quarantined -= at_stage
+        read = f"read {metrics['rows_in']:,} rows"
+        parts.append(f"{read}: {staged:,} staged, {at_stage:,} quarantined")
+    applied = metrics.get("applied_staged", 0)
+    if applied:
+        upserted, deleted, stale = metrics["upserted"], metrics["deleted"], metrics["ignored_stale"]
+        folded = max(0, applied - upserted - deleted - stale - quarantined)
+        parts.append(
+            f"applied {applied:,} staged rows: {upserted + deleted:,} applied ({upserted:,} "
+            f"upserted, {deleted:,} deleted), {folded:,} merged within the batch, {stale:,} "
+            f"stale, {quarantined:,} quarantined"
+        )
+    parts.append(held(metrics))
+    return "; ".join(parts)
 
 
 def _rate(speed: float | None) -> str:
@@ -74,13 +137,19 @@ def _rate(speed: float | None) -> str:
     return f"{speed:,.1f}" if speed < 10 else f"{speed:,.0f}"
 
 
-def line(progress: FlowProgress) -> str:
+def line(progress: FlowProgress, applied: int | None = None) -> str:
     """One plain progress line (without the ``autocdc:`` prefix): the flow's micro-batch
-    (as its streaming query numbers them, from 0 over all runs), this run's totals."""
+    (as its streaming query numbers them, from 0 over all runs), or an apply of
+    ``applied`` staged rows (no micro-batch of its own), then this run's totals."""
     rate = f"{_rate(progress.rows_per_second)} rows/s"
     count = f"{progress.batches} micro-batch{'es' if progress.batches != 1 else ''}"
+    what = (
+        f"micro-batch {progress.last_batch}"
+        if applied is None
+        else f"applied {applied:,} staged rows"
+    )
     return (
-        f"flow {progress.flow}: micro-batch {progress.last_batch}; this run {count}, "
+        f"flow {progress.flow}: {what}; this run {count}, "
         f"{progress.rows:,} rows, {rate}; lag {describe_lag(progress.lag)}"
     )
 
@@ -133,6 +202,15 @@ class Progress:
         self._show()
         if self._display is None:
             print(f"autocdc: {line(p)}", flush=True)
+
+    def staged_applied(self, flow: str, rows: int, seconds: float, lag: Lag | None) -> None:
+        """``rows`` staged rows of ``flow`` applied, apart from a micro-batch: its time and
+        lag count, not its rows (counted when staged) nor a micro-batch."""
+        p = self.flows.setdefault(flow, FlowProgress(flow))
+        p.seconds, p.lag = p.seconds + seconds, lag
+        self._show()
+        if self._display is None:
+            print(f"autocdc: {line(p, applied=rows)}", flush=True)
 
     def stopped(self, flow: str, lag: Lag | None) -> None:
         p = self.flows.setdefault(flow, FlowProgress(flow))

@@ -58,9 +58,11 @@ from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute import retries as r
 from autocdc.pipelines.execute.eventlog import EventLog
 from autocdc.pipelines.execute.kinds import APPLIED, Kind, say
-from autocdc.pipelines.execute.progress import Progress, outcome
+from autocdc.pipelines.execute.progress import Progress, is_staged_apply, outcome
 from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions
+
+STOPPED = "interrupted by the user"  # a run_stopped event's message
 
 
 @dataclass
@@ -151,6 +153,10 @@ class Runner:
             with self.progress:
                 self._run(options)
         except BaseException as error:
+            if isinstance(error, KeyboardInterrupt) or interrupt.requested():
+                # Ctrl-C (or the cancelled job it left): stopped by the user, not failed.
+                self.events.write("run_stopped", message=STOPPED)
+                raise
             # The error inside foreachBatch, not Spark's StreamingQueryException around it;
             # an autocdc error a source raised in a Python worker, rebuilt from its text.
             cause = self.failure or error
@@ -333,10 +339,13 @@ class Runner:
         position: list[dict] | None = None,
     ) -> None:
         """Log one applied batch: the event (with the offsets it reached and the lag after
-        it, or the ``position`` a batch source gives), the metrics line and the progress."""
+        it, or the ``position`` a batch source gives), the metrics line and the progress.
+        A batch with no micro-batch of a streaming source (an apply of staged changes)
+        stands where the flow's checkpoint last committed."""
         checkpoint = self.project.checkpoint(flow)
         found = self.sources.get(flow, [])
-        ends = pos.offsets(checkpoint, stream_batch_id) if stream_batch_id is not None else []
+        at = pos.committed(checkpoint) if stream_batch_id is None else stream_batch_id
+        ends = pos.offsets(checkpoint, at)
         lag = pos.lag(found, ends, checkpoint) if found else None
         self.events.write(
             "batch",
@@ -349,6 +358,9 @@ class Runner:
         )
         self._log(metrics)
         self.retries.succeeded(flow)
+        if is_staged_apply(metrics.as_dict()):  # no micro-batch: its rows were counted staged
+            self.progress.staged_applied(flow, metrics.applied_staged, metrics.seconds, lag)
+            return
         # The micro-batch as the user sees it (the query's); a batch source's is its commit.
         number = metrics.batch_id if stream_batch_id is None else stream_batch_id
         self.progress.batch(flow, number, metrics.rows_in, metrics.seconds, lag)

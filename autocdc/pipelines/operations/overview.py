@@ -26,11 +26,13 @@ from autocdc.pipelines.errors import UnknownFlowError
 from autocdc.pipelines.execute import eventlog
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute.checkpoint import CheckpointFile
-from autocdc.pipelines.execute.progress import describe_lag
+from autocdc.pipelines.execute.progress import describe_lag, is_staged_apply, rows_staged
 from autocdc.pipelines.operations import lake
 from autocdc.sources import extract
 
-RUN_EVENTS = ("run_started", "run_finished", "run_failed")
+RUN_EVENTS = ("run_started", "run_finished", "run_failed", "run_stopped")
+# A run's status by its end event (no end event: running, or interrupted when killed).
+ENDED = {"run_finished": "finished", "run_failed": "failed", "run_stopped": "stopped"}
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 BATCH_FIELDS = ("batch_id", "stream_batch_id", "event_time", "upserted", "deleted", "metrics")
 
@@ -69,8 +71,9 @@ def _alive(host: str | None, pid: int | None) -> bool:
 
 
 def _runs(project: Project) -> dict[str, dict[str, Any]]:
-    """Each run's id, status (finished, failed, running, or interrupted: no end event and
-    its process is gone), start and end, and its error."""
+    """Each run's id, status (finished, failed, stopped: by the user, with Ctrl-C;
+    running, or interrupted: no end event and its process is gone), start and end, and
+    its error (a stopped run's message says who stopped it)."""
     runs: dict[str, dict[str, Any]] = {}
     kinds = ", ".join(lake.literal(k) for k in RUN_EVENTS)
     rows = _events(
@@ -84,9 +87,17 @@ def _runs(project: Project) -> dict[str, dict[str, Any]]:
             run.update(started=_iso(row["t"]), ended=None, error_class=None, message=None)
             run["status"] = "running" if _alive(row["host"], row["pid"]) else "interrupted"
         else:
-            run["status"] = "finished" if row["event_type"] == "run_finished" else "failed"
+            run["status"] = ENDED[row["event_type"]]
             run.update(ended=_iso(row["t"]), error_class=row["error_class"], message=row["message"])
     return runs
+
+
+def last_run(project: Project) -> dict[str, Any] | None:
+    """The pipeline's last run as ``status`` reports it (None: no run yet)."""
+    if not lake.exists(eventlog.path(project)):
+        return None
+    runs = _runs(project)
+    return list(runs.values())[-1] if runs else None
 
 
 def _last(name: str, when: str = "TRUE") -> str:
@@ -268,29 +279,29 @@ def history(project: Project, flow: str, last: int) -> dict[str, Any]:
     return {
         "pipeline": project.name,
         "flow": flow,
-        "batches": [
-            {
-                "run_id": r["run_id"],
-                "time": _iso(r["t"]),
-                "batch_id": r["batch_id"],
-                "stream_batch_id": r["stream_batch_id"],
-                "rows_in": r["rows_in"],
-                "upserted": r["upserted"],
-                "deleted": r["deleted"],
-                "quarantined": r["quarantined"],
-                "seconds": r["seconds"],
-                "metrics": json.loads(r["metrics"]),
-                "source_position": json.loads(r["source_position"])
-                if r["source_position"]
-                else None,
-                "lag": {
-                    "files": r["lag_files"],
-                    "bytes": r["lag_bytes"],
-                    "seconds": r["lag_seconds"],
-                },
-            }
-            for r in reversed(rows)
-        ],
+        "batches": [_batch(r) for r in reversed(rows)],
+    }
+
+
+def _batch(r: dict[str, Any]) -> dict[str, Any]:
+    """One batch event as ``history --json`` lists it."""
+    metrics = json.loads(r["metrics"])
+    return {
+        "run_id": r["run_id"],
+        "time": _iso(r["t"]),
+        "batch_id": r["batch_id"],
+        "stream_batch_id": r["stream_batch_id"],
+        "rows_in": r["rows_in"],
+        "upserted": r["upserted"],
+        "deleted": r["deleted"],
+        "quarantined": r["quarantined"],
+        "seconds": r["seconds"],
+        "metrics": metrics,
+        # A max_staleness flow's: rows the micro-batch staged, staged rows applied.
+        "staged": rows_staged(metrics),
+        "applied_staged": metrics.get("applied_staged", 0),
+        "source_position": json.loads(r["source_position"]) if r["source_position"] else None,
+        "lag": {"files": r["lag_files"], "bytes": r["lag_bytes"], "seconds": r["lag_seconds"]},
     }
 
 
@@ -309,6 +320,8 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
         console.print(f"pipeline {doc['pipeline']}: no run yet (event log {doc['event_log']})")
         return
     failed = f": {run['error_class']}" if run.get("error_class") else ""
+    if run["status"] == "stopped":
+        failed = f" ({run['message']})" if run.get("message") else ""
     console.print(
         f"pipeline {doc['pipeline']}: last run {run['run_id']} {run['status']}{failed} "
         f"(started {_when(run['started'])} UTC, ended {_when(run['ended'])})"
@@ -375,19 +388,23 @@ def _number(batch: dict[str, Any]) -> int | None:
 
 def show_history(doc: dict[str, Any], console: Console) -> None:
     """Micro-batches by their query's number; ``commit`` is the engine's id of the target
-    state the batch left (a batch that changed nothing commits nothing: the same id)."""
+    state the batch left (a batch that changed nothing commits nothing: the same id). A
+    ``max_staleness`` flow's rows wait staged (``staged``: the rows a micro-batch staged)
+    until an apply, its own row (``apply``), applies them."""
     console.print(f"flow {doc['flow']} of pipeline {doc['pipeline']}")
     table = Table("micro-batch", "commit", "at (UTC)", "rows in", "upserted", "deleted", box=None)
-    for name in ("quarantined", "stale", "seconds", "lag files", "run"):
+    for name in ("staged", "quarantined", "stale", "seconds", "lag files", "run"):
         table.add_column(name)
     for b in doc["batches"]:
+        apply = is_staged_apply(b["metrics"])
         table.add_row(
-            _dash(_number(b)),
+            "apply" if apply else _dash(_number(b)),
             str(b["batch_id"]),
             _when(b["time"]),
             str(b["rows_in"]),
             str(b["upserted"]),
             str(b["deleted"]),
+            _dash(b.get("staged")),
             str(b["quarantined"]),
             str(b["metrics"]["ignored_stale"]),
             f"{b['seconds']:.1f}",

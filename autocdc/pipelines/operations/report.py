@@ -24,6 +24,7 @@ from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, ident
 from autocdc.pipelines.declare import project as projects
 from autocdc.pipelines.errors import PipelineError
 from autocdc.pipelines.execute import eventlog
+from autocdc.pipelines.operations import overview
 from autocdc.pipelines.operations.report_html import (
     Batch,
     FlowStatus,
@@ -74,6 +75,7 @@ def write_report(
         event_log_found=events is not None,
         key=dict(key or {}),
         flows=[_status(spark, events, flow, target, key or {}) for flow, target in flows],
+        last_run=overview.last_run(project),
     )
     out.mkdir(parents=True, exist_ok=True)
     index = out / "index.html"

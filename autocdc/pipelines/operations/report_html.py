@@ -98,6 +98,8 @@ class Page:
     event_log_found: bool
     key: dict[str, str]
     flows: list[FlowStatus]
+    # The last run as `autocdc status` reports it (status, started, ended, error), if any.
+    last_run: dict[str, Any] | None = None
 
 
 CSS = """
@@ -131,6 +133,18 @@ ROWS_CAPTION = (
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
+def _last_run(run: dict[str, Any]) -> str:
+    """``Last run 3f2a...: stopped (interrupted by the user), started ... UTC, ended ...``:
+    a run stopped with Ctrl-C is not shown as failed."""
+    why = run.get("error_class") or run.get("message")
+    said = f"{run['status']} ({why})" if why else run["status"]
+    ended = f", ended {run['ended']}" if run.get("ended") else ""
+    return (
+        f'<p class="meta">Last run <code>{escape(run["run_id"])}</code>: '
+        f"{escape(said)}, started {escape(run.get('started') or '-')}{escape(ended)}.</p>"
+    )
+
+
 def render(page: Page) -> str:
     """The whole page as HTML text."""
     require_matplotlib()
@@ -146,6 +160,8 @@ def render(page: Page) -> str:
         f"UTC{page.generated_at.strftime('%z')}). Event log: "
         f"<code>{escape(page.event_log)}</code>{escape(log_state)}.</p>",
     ]
+    if page.last_run is not None:
+        parts.append(_last_run(page.last_run))
     if not page.flows:
         parts.append('<p class="note">No CDC flow found: the event log names none and the '
                      "warehouse holds no autocdc target. Run the pipeline first.</p>")  # fmt: skip
