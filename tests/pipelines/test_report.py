@@ -415,3 +415,24 @@ def test_a_run_stopped_with_ctrl_c_shows_as_stopped():
         "2026-12-01T10:00:00Z, ended 2026-12-01T10:00:20Z." in page
     )
     assert "Last run" not in render(_page())
+
+
+def test_staged_changes_and_retries_are_on_the_page():
+    """A max_staleness flow's staged changes are not in the table yet: the page says how
+    many, how old, and how to apply or read them; a flow started again after failures
+    says so with its last cause. Nothing staged: no line."""
+    staged = {"batches": 2, "rows": 5, "oldest_age_seconds": 45.2, "last_apply_rows": 0}
+    retries = {"count": 2, "last_error_class": "Py4JJavaError", "last_message": "<worker>"}
+    flow = replace(_flow("latest", None, None), staged=staged, retries=retries)
+    page = render(_page(flow))
+    assert (
+        '<p class="staged">5 changes staged in 2 micro-batches, the oldest 45 s old: not in '
+        "the table until applied (within max_staleness; <code>autocdc apply</code> applies "
+        "them now; <code>autocdc query --fresh</code> reads them merged in).</p>" in page
+    )
+    assert (
+        "Started again 2 times in its last run after failures, the last: "
+        "<code>Py4JJavaError</code> &lt;worker&gt;</p>" in page
+    )
+    nothing = replace(_flow("latest", None, None), staged={**staged, "rows": 0})
+    assert 'class="staged"' not in render(_page(nothing))

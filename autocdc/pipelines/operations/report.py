@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -68,13 +69,19 @@ def write_report(
     require_matplotlib()
     events = eventlog.read(spark, project)
     flows = _flows(spark, project, events)
+    status = {f["flow"]: f for f in overview.status(project)["flows"]}
+    statuses = [_status(spark, events, flow, target, key or {}) for flow, target in flows]
+    held = [status.get(s.flow, {}) for s in statuses]
     page = Page(
         pipeline=project.name,
         generated_at=datetime.now().astimezone(),  # Spark's times come back local too
         event_log=str(eventlog.path(project)),
         event_log_found=events is not None,
         key=dict(key or {}),
-        flows=[_status(spark, events, flow, target, key or {}) for flow, target in flows],
+        flows=[
+            replace(s, staged=h.get("staged"), retries=h.get("retries"))
+            for s, h in zip(statuses, held, strict=True)
+        ],
         last_run=overview.last_run(project),
     )
     out.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,10 @@ class FlowStatus:
     last_error: tuple[datetime, str, str] | None
     quarantine: Quarantine | None  # None: no quarantine table
     timeline: Timeline | None  # None: not SCD2 or no key asked
+    # As `autocdc status` has them: what a max_staleness flow holds staged, and how often
+    # the flow was started again after failures in its last run (None: neither).
+    staged: dict[str, Any] | None = None
+    retries: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -197,12 +201,36 @@ def _flow(index: int, flow: FlowStatus, page: Page) -> str:
             f'<p class="error">Last error, {escape(_time(when))}: '
             f"<code>{escape(error_class)}</code> {escape(message)}</p>"
         )
+    parts += _held(flow)
     parts += _batch_plots(index, flow.batches, page.event_log)
     parts += _quarantine(flow.quarantine)
     if flow.scd2:
         parts += _timeline(flow.timeline)
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _held(flow: FlowStatus) -> list[str]:
+    """What the flow holds staged (max_staleness: not in the table yet) and its retries."""
+    said = []
+    if flow.staged is not None and flow.staged["rows"]:
+        held = flow.staged
+        age = held.get("oldest_age_seconds")
+        oldest = "" if age is None else f", the oldest {age:,.0f} s old"
+        said.append(
+            f'<p class="staged">{_count(held["rows"], "change")} staged in '
+            f"{_count(held['batches'], 'micro-batch')}{escape(oldest)}: not in the table "
+            "until applied (within max_staleness; <code>autocdc apply</code> applies them "
+            "now; <code>autocdc query --fresh</code> reads them merged in).</p>"
+        )
+    if flow.retries is not None:
+        again = flow.retries
+        said.append(
+            f'<p class="meta">Started again {_count(again["count"], "time")} in its last '
+            f"run after failures, the last: <code>{escape(again['last_error_class'] or '')}"
+            f"</code> {escape(_cut(again['last_message'] or ''))}</p>"
+        )
+    return said
 
 
 def _batch_plots(index: int, batches: list[Batch] | None, event_log: str) -> list[str]:
