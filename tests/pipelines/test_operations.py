@@ -423,3 +423,47 @@ def test_an_older_event_log_gains_the_columns_added_since(tmp_path):
         ("run_started", None, None),
         ("run_stopped", None, "interrupted by the user"),
     ]
+
+
+def test_status_lines_for_staged_changes_and_retries():
+    """The table view's lines under the table: a flow holding staged changes, a flow
+    started again after failures; nothing for a flow with nothing staged."""
+    run = {"run_id": "r1", "status": "finished", "started": "2026-12-07T19:00:00Z"}
+    run |= {"ended": "2026-12-07T19:01:00Z", "error_class": None, "message": None}
+    lag = {"files": None, "bytes": None, "versions": 0, "records": None}
+    lag |= {"oldest_age_seconds": None}
+    flow = {
+        "flow": "latest",
+        "target": "db.latest",
+        "scd_type": 1,
+        "last_batch": None,
+        "rows_applied_total": 0,
+        "live_rows": 3,
+        "quarantined": {"total": 0, "by_reason": {}},
+        "tombstones_live": 0,
+        "lag": lag,
+        "extraction": None,
+        "load_by_watermarks": {},
+        "staged": {"batches": 2, "rows": 5, "oldest_age_seconds": 45.0, "last_apply_rows": 0},
+        "retries": {
+            "count": 2,
+            "last_error_class": "InjectedFault",
+            "last_message": "attempt 2 of 2 in 10 s: injected fault\nmore",
+            "last_time": "2026-12-07T19:00:30Z",
+        },
+    }
+    idle = {**flow, "flow": "history_cdc", "retries": None}
+    idle["staged"] = {**flow["staged"], "rows": 0, "batches": 0}
+    out = io.StringIO()
+    doc = {"pipeline": "p", "event_log": "/log", "last_run": run, "flows": [flow, idle]}
+    overview.show_status(doc, Console(file=out, width=200))
+    lines = out.getvalue().splitlines()
+    assert (
+        "latest: 5 changes staged in 2 micro-batches, the oldest 45 s old (applied within "
+        "max_staleness; `autocdc apply` applies them now)" in lines
+    )
+    assert (
+        "latest: started again 2 times in its last run after failures, the last at "
+        "2026-12-07 19:00:30 UTC (attempt 2 of 2 in 10 s: injected fault)" in lines
+    )
+    assert not any(line.startswith("history_cdc:") for line in lines)

@@ -348,7 +348,7 @@ def show_status(doc: dict[str, Any], console: Console) -> None:
             if f["extraction"]
             else describe_lag(pos.Lag(**f["lag"])),
         )
-        if f.get("staged"):
+        if f.get("staged") and f["staged"]["rows"]:
             held = f["staged"]
             age = held["oldest_age_seconds"]
             reasons.append(
