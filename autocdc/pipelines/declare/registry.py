@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import functools
 import importlib.util
-import inspect
 import os
 import re
 import traceback
@@ -434,19 +433,22 @@ _UNEXPECTED = re.compile(r"(\w+)\(\) got an unexpected keyword argument '(\w+)'"
 def _autocdc_keyword(error: Exception) -> str | None:
     """The hint for a keyword pyspark's ``dp`` lacks and autocdc's has (``max_staleness=``
     given to pyspark's ``create_auto_cdc_flow``): a file written with
-    ``from pyspark import pipelines as dp`` gets a bare TypeError otherwise."""
-    import autocdc.pipelines as ours
-
+    ``from pyspark import pipelines as dp`` gets a bare TypeError otherwise. autocdc's
+    ``dp`` takes its definitions' fields (a parity test holds them equal)."""
     found = _UNEXPECTED.search(str(error)) if isinstance(error, TypeError) else None
-    if found is None or found[1] not in ours.__all__:
+    if found is None or found[2] not in _AUTOCDC_OPTIONS.get(found[1], ()):
         return None
     function, keyword = found[1], found[2]
-    if keyword not in inspect.signature(getattr(ours, function)).parameters:
-        return None
     return (
         f"`{keyword}` is an option of autocdc's {function}, not of pyspark's: import "
         "`from autocdc import pipelines as dp` (the same functions, with autocdc's options)."
     )
+
+
+_AUTOCDC_OPTIONS = {
+    "create_auto_cdc_flow": {*FlowDefinition.model_fields, "once", "extract_options"},
+    "create_auto_cdc_from_snapshot_flow": set(SnapshotDefinition.model_fields),
+}
 
 
 def load(project: Project, spark: SparkSession) -> Registry:
