@@ -17,6 +17,7 @@ from changes import EVERYTHING
 from deltalake import DeltaTable
 from processes import alive, child_env, children, finish, start
 from projects import PYSPARK_SCD1, SQL_SCD2, drop, write_project
+from pyspark.errors import AnalysisException
 from reference import fold_scd1, fold_scd2
 from sparkconf import SMALL_SPARK
 
@@ -153,9 +154,10 @@ def _three_flows(tmp_path, name: str, **settings: str):
 
 def _converged(spark, tables, changes) -> bool:
     def load(name: str) -> list:
-        if not (tables / name / "_delta_log").is_dir():
+        try:  # not there yet, or created but not committed yet
+            return spark.read.format("delta").load(str(tables / name)).collect()
+        except AnalysisException:
             return []
-        return spark.read.format("delta").load(str(tables / name)).collect()
 
     latest = {r.id: (r.a, r.b) for r in load("latest")}
     history = {(r.id, (r.a, r.b), r["__START_AT"], r["__END_AT"]) for r in load("history")}

@@ -212,8 +212,9 @@ def status(project: Project) -> dict[str, Any]:
             else pos.Lag()
         )
         batched = row["batch_id"] is not None
-        metrics = json.loads(row["metrics"]) if batched else {}
-        tombstones = metrics["tombstones_live"] if batched else None
+        # A batch event written without metrics (by a script: the log is a contract) has none.
+        metrics = json.loads(row["metrics"]) if batched and row["metrics"] else {}
+        tombstones = metrics.get("tombstones_live")
         fell_back = {
             table: why
             for source in found
@@ -227,7 +228,7 @@ def status(project: Project) -> dict[str, Any]:
                 "batch_id": row["batch_id"],
                 "stream_batch_id": row["stream_batch_id"],
                 "time": _iso(row["t"]),
-                "rows_applied": row["upserted"] + row["deleted"],
+                "rows_applied": (row["upserted"] or 0) + (row["deleted"] or 0),
             }
             if batched
             else None,
