@@ -16,7 +16,7 @@ import pytest
 from changes import EVERYTHING
 from deltalake import DeltaTable
 from processes import alive, child_env, children, finish, start
-from projects import PYSPARK_SCD1, SQL_SCD2, drop, write_project
+from projects import PYSPARK_SCD1, RAW, SQL_SCD2, drop, write_project
 from pyspark.errors import AnalysisException
 from reference import fold_scd1, fold_scd2
 from sparkconf import SMALL_SPARK
@@ -135,13 +135,6 @@ def test_ctrl_c_at_any_moment_prints_one_line_exits_130_and_releases_the_lock(tm
         assert " stopped (interrupted by the user) (started " in first, first
 
 
-RAW = """
-from pyspark import pipelines as dp
-
-@dp.table
-def raw():
-    return spark.readStream.schema("{feed}").json("{data}")
-"""
 STREAMING_FLOWS = ("latest", "history_cdc", "raw")
 
 

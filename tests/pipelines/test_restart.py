@@ -9,7 +9,16 @@ from contextlib import contextmanager
 
 import pytest
 from changes import EVERYTHING
-from projects import PYSPARK_SCD1, SQL_SCD2, drop, run, scd1_rows, scd2_rows, write_project
+from projects import (
+    PYSPARK_SCD1,
+    RAW,
+    SQL_SCD2,
+    drop,
+    run,
+    scd1_rows,
+    scd2_rows,
+    write_project,
+)
 from reference import fold_scd1, fold_scd2
 
 from autocdc.engine.faults import FAIL_ENV
@@ -17,14 +26,6 @@ from autocdc.pipelines.declare import project
 from autocdc.pipelines.errors import CheckpointNotEmptyError, FlowRetriesExhaustedError
 from autocdc.pipelines.execute import retries, runner, unstarted
 from autocdc.pipelines.execute.kinds import APPLIED
-
-RAW = """
-from pyspark import pipelines as dp
-
-@dp.table
-def raw():
-    return spark.readStream.schema("{feed}").json("{data}")
-"""
 
 
 @pytest.fixture

@@ -43,6 +43,12 @@ MAX STALENESS INTERVAL 1 HOUR;
 """
 
 
+def _both_flows(root: Path, database: str, warehouse: Path) -> Path:
+    """A project of the two staging flows (SCD1 in Python, SCD2 in SQL); its spec."""
+    files = {"feed.py": FEED, "history.sql": HISTORY}
+    return write_project(root, database, files, {"spark.sql.warehouse.dir": str(warehouse)})
+
+
 def _run(spark, spec: Path) -> runner.Runner:
     ran = pipeline.execute(spark, project.load(spec), runner.Options())
     assert isinstance(ran, pipeline.Ran)
@@ -56,12 +62,7 @@ def test_a_triggered_run_stages_each_micro_batch_and_applies_them_at_its_end(
     dropped); the run's end applies them, a batch of its own in the lines, the event log
     and ``autocdc history``, with the lag where the source was read to (every file)."""
     database = new_table("stale")
-    spec = write_project(
-        tmp_path,
-        database,
-        {"feed.py": FEED, "history.sql": HISTORY},
-        {"spark.sql.warehouse.dir": str(warehouse)},
-    )
+    spec = _both_flows(tmp_path, database, warehouse)
     for i, changes in enumerate((A, B, C), start=1):
         drop(tmp_path, str(i), changes)
         os.utime(tmp_path / "data" / f"{i}.json", (1_000_000 + i, 1_000_000 + i))
@@ -152,12 +153,7 @@ def test_pipeline_users_read_staged_changes_without_declaring_the_flow_again(
     ``<table>__autocdc_current`` views and ``autocdc query --fresh`` answer with the
     staged changes merged in, from the project's own Python and SQL definitions."""
     database = new_table("stale_read")
-    spec = write_project(
-        tmp_path,
-        database,
-        {"feed.py": FEED, "history.sql": HISTORY},
-        {"spark.sql.warehouse.dir": str(warehouse)},
-    )
+    spec = _both_flows(tmp_path, database, warehouse)
     drop(tmp_path, "1", A)
     ran = _run(spark, spec)
     for flow in ("latest", "history_cdc"):

@@ -41,6 +41,14 @@ COLUMNS * EXCEPT (op, seq)
 STORED AS SCD TYPE 2;
 CREATE MATERIALIZED VIEW live_keys AS SELECT count(*) AS n FROM latest;
 """
+# An append flow of the same feed: a streaming table of the raw change rows.
+RAW = """
+from pyspark import pipelines as dp
+
+@dp.table
+def raw():
+    return spark.readStream.schema("{feed}").json("{data}")
+"""
 
 
 def write_project(

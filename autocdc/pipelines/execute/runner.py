@@ -112,12 +112,7 @@ def checkpoint_refused(
     is not there: something else is)."""
     if "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" not in str(error):
         return None
-    found = sorted(
-        str(path.relative_to(checkpoint))
-        for folder in unstarted.SPARK_FOLDERS
-        for path in (checkpoint / folder).rglob("*")
-        if path.is_file()
-    )
+    found = unstarted.leftovers(checkpoint)
     said = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
     return CheckpointNotEmptyError(
         flow=flow, dataset=dataset, checkpoint=checkpoint, found=said or "files"

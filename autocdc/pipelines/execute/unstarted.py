@@ -26,20 +26,24 @@ def logged(checkpoint: Path) -> bool:
     return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
 
 
-def clear(checkpoint: Path, notes: tuple[str, ...] = ()) -> list[str]:
-    """Clear what a killed first micro-batch left in ``checkpoint`` (and the runner's
-    ``notes`` beside it, which no batch of a never-logged query can have earned); the
-    files removed, relative to the checkpoint (none: it logged a batch, or is clean)."""
-    if not checkpoint.is_dir() or logged(checkpoint):
-        return []
-    left = [
+def leftovers(checkpoint: Path) -> list[str]:
+    """The files in the folders Spark wants empty at batch 0, relative to the checkpoint."""
+    return [
         str(path.relative_to(checkpoint))
         for folder in SPARK_FOLDERS
         if (checkpoint / folder).is_dir()
         for path in sorted((checkpoint / folder).rglob("*"))
         if path.is_file()
     ]
-    left += [note for note in notes if (checkpoint / note).is_file()]
+
+
+def clear(checkpoint: Path, notes: tuple[str, ...] = ()) -> list[str]:
+    """Clear what a killed first micro-batch left in ``checkpoint`` (and the runner's
+    ``notes`` beside it, which no batch of a never-logged query can have earned); the
+    files removed, relative to the checkpoint (none: it logged a batch, or is clean)."""
+    if not checkpoint.is_dir() or logged(checkpoint):
+        return []
+    left = leftovers(checkpoint) + [note for note in notes if (checkpoint / note).is_file()]
     if not left:
         return []
     for folder in SPARK_FOLDERS:

@@ -92,14 +92,6 @@ def _runs(project: Project) -> dict[str, dict[str, Any]]:
     return runs
 
 
-def last_run(project: Project) -> dict[str, Any] | None:
-    """The pipeline's last run as ``status`` reports it (None: no run yet)."""
-    if not lake.exists(eventlog.path(project)):
-        return None
-    runs = _runs(project)
-    return list(runs.values())[-1] if runs else None
-
-
 def _last(name: str, when: str = "TRUE") -> str:
     """The value of the latest event where ``when`` holds."""
     return f"last_value({name} ORDER BY event_time) FILTER (WHERE {when}) AS {name}"

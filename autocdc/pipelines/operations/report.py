@@ -69,7 +69,8 @@ def write_report(
     require_matplotlib()
     events = eventlog.read(spark, project)
     flows = _flows(spark, project, events)
-    status = {f["flow"]: f for f in overview.status(project)["flows"]}
+    doc = overview.status(project)  # what `autocdc status` says: staged, retries, last run
+    status = {f["flow"]: f for f in doc["flows"]}
     statuses = [_status(spark, events, flow, target, key or {}) for flow, target in flows]
     held = [status.get(s.flow, {}) for s in statuses]
     page = Page(
@@ -82,7 +83,7 @@ def write_report(
             replace(s, staged=h.get("staged"), retries=h.get("retries"))
             for s, h in zip(statuses, held, strict=True)
         ],
-        last_run=overview.last_run(project),
+        last_run=doc["last_run"],
     )
     out.mkdir(parents=True, exist_ok=True)
     index = out / "index.html"
