@@ -15,11 +15,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StructField
 
+from autocdc.engine import bound, tuning
 from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
 from autocdc.engine.commit import Stored, Tables, holds_no_files
 from autocdc.engine.spec import FlowDefinition
-from autocdc.engine.stage import StagedBatch, col
+from autocdc.engine.stage import DELETE, OP, REASON, SKIPPED, TRUNCATE, StagedBatch, col
 
 _INTEGERS = (ByteType, ShortType, IntegerType, LongType)
 _BITMAP_VALUES = 32768  # the values one of Spark's bitmaps covers (bitmap_bucket_number)
@@ -38,6 +39,47 @@ class Counts:
     keyed: int
     deletes: int  # keyed changes that delete
     key_range: KeyBound
+
+
+def count(staged: StagedBatch, keys: list[StructField], listed: bool = False) -> Counts:
+    """One aggregate over the cached batch (which it materializes); the key range (with
+    ``listed``, the keys themselves when there are few) rides on it rather than costing a
+    job of its own."""
+    ok = col(REASON).isNull()
+    keyed = ok & (col(OP) != TRUNCATE)
+    skipped = col(REASON) == SKIPPED
+    row = staged.tagged.agg(
+        F.count(F.when(~F.coalesce(skipped, F.lit(False)), 1)).alias("rows_in"),
+        F.count(F.when(~skipped, 1)).alias("rejected"),
+        F.count(F.when(skipped, 1)).alias("skipped"),
+        F.count(F.when(ok & (col(OP) == TRUNCATE), 1)).alias("truncates"),
+        F.count(F.when(keyed, 1)).alias("keyed"),
+        F.count(F.when(keyed & (col(OP) == DELETE), 1)).alias("deletes"),
+        *bound.aggregates(keys, keyed, listed=listed),
+    ).first()
+    return Counts(
+        rows_in=row["rows_in"],
+        rejected=row["rejected"],
+        skipped=row["skipped"],
+        truncates=row["truncates"],
+        keyed=row["keyed"],
+        deletes=row["deletes"],
+        key_range=bound.from_row(row, keys),
+    )
+
+
+def count_sized(
+    source: DataFrame, staged: StagedBatch, keys: list[StructField], stored_rows: int
+) -> Counts:
+    """:func:`count` with the settings that suit the source's estimated size, the keys
+    listed when the source is small enough that they are few."""
+    source_bytes = tuning.estimated_bytes(source)
+    listed = source_bytes is not None and source_bytes < bound.LISTED_BELOW_BYTES
+    with tuning.staging(source.sparkSession, stored_rows, source_bytes):
+        return count(staged, keys, listed)
+
+
+NOTHING = Counts(0, 0, 0, 0, 0, 0, KeyBound(()))  # a replayed stage's: it reads nothing
 
 
 @dataclass(frozen=True)

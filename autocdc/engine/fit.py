@@ -44,7 +44,8 @@ from autocdc.engine.errors import (
     TargetNotPartialError,
     UnknownColumnError,
 )
-from autocdc.engine.spec import FlowDefinition
+from autocdc.engine.faults import crash_point
+from autocdc.engine.spec import END_AT, START_AT, FlowDefinition
 from autocdc.engine.stage import col, corrupt_column, sequence_type
 
 _INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
@@ -354,4 +355,33 @@ def stored_layout(spark: SparkSession, spec: FlowDefinition, state_table: str) -
         partial=st.stored_partial(had),
         log_values=spec.stored_as_scd_type == 2,
         log_hashes=st.stored_log_hashes(had),
+    )
+
+
+def prepare_tables(
+    spark: SparkSession, spec: FlowDefinition, fitted: Fit, state_table: str
+) -> None:
+    """Create the tables on the first batch (target first: the state table's existence
+    means both exist), or evolve them to the batch's columns."""
+    target_fields = list(fitted.target_columns)
+    if spec.stored_as_scd_type == 2:
+        seq = fitted.layout.sequence
+        target_fields += [StructField(START_AT, seq), StructField(END_AT, seq)]
+    if fitted.creating:
+        tables.create(
+            spark, spec.target, StructType(target_fields), spec.table_properties, spec.cluster_by
+        )
+        crash_point("after_target_create")
+        st.create(spark, state_table, fitted.layout, definition(spec, fitted.layout.sequence))
+    elif fitted.evolving:
+        tables.evolve(spark, spec.target, target_fields, before=START_AT)
+        tables.evolve(spark, state_table, fitted.layout.schema().fields, before=None)
+
+
+def conformed(df: DataFrame, fitted: Fit) -> DataFrame:
+    """``df`` with its keys and values cast to the stored types (missing ones NULL) and,
+    on a partial target, each upsert's "sets" flags; its other columns as they are."""
+    columns = set(fitted.layout.key_names + fitted.layout.value_names)
+    return df.select(
+        *[col(c) for c in df.columns if c not in columns], *fitted.conform, *fitted.sets
     )

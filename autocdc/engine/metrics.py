@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from autocdc.engine.batch import Counts, Plan
+from autocdc.engine.spec import FlowDefinition
+
 
 @dataclass(frozen=True)
 class BatchMetrics:
@@ -71,3 +74,49 @@ class Steps:
         now = time.perf_counter()
         self.seconds[step] = round(self.seconds.get(step, 0.0) + now - self._at, 3)
         self._at = now
+
+
+def measured(
+    spec: FlowDefinition,
+    started: float,
+    batch_id: int,
+    counts: Counts,
+    steps: Steps,
+    plan: Plan | None = None,
+    merged: dict[str, int] | None = None,
+    quarantined: int = 0,
+    collected: int = 0,
+    tombstones: int = 0,
+) -> BatchMetrics:
+    """A batch's metrics from its counts, its plan's stats and its MERGE's counts (no
+    plan: nothing was planned, e.g. an empty batch); ``tombstones`` held before the
+    ``collected`` ones went."""
+    stats = {} if plan is None else plan.stats
+    merged = merged or {}
+    if spec.stored_as_scd_type == 1:
+        if plan is not None and plan.load is not None:  # appended: every action inserts
+            upserted = stats["actions"]
+        else:
+            upserted = merged.get("num_inserted_rows", 0) + merged.get("num_updated_rows", 0)
+        deleted = merged.get("num_deleted_rows", 0)
+    else:
+        upserted, deleted = stats.get("upserted", 0), stats.get("deleted", 0)
+    return BatchMetrics(
+        flow=spec.flow_name,
+        batch_id=batch_id,
+        rows_in=counts.rows_in,
+        skipped=counts.skipped,
+        upserted=upserted,
+        deleted=deleted,
+        ignored_stale=stats.get("stale", 0),
+        duplicates_dropped=counts.keyed - stats.get("distinct", counts.keyed),
+        conflicts=stats.get("conflicts", 0),
+        quarantined=quarantined,
+        late_beyond_horizon=stats.get("late", 0),
+        truncates=counts.truncates,
+        tombstones_written=stats.get("tombstones_written", 0),
+        tombstones_live=tombstones - collected,
+        tombstones_collected=collected,
+        seconds=round(time.perf_counter() - started, 3),
+        steps=steps.seconds,
+    )

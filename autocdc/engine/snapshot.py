@@ -239,7 +239,7 @@ class AutoCdcSnapshotFlow(SnapshotDefinition):
     _changes: AutoCdcFlow = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
-        self._changes = AutoCdcFlow.model_construct(**self._changes_fields())
+        self._changes = AutoCdcFlow(FlowDefinition.model_construct(**self._changes_fields()))
 
     @classmethod
     def of(cls, definition: SnapshotDefinition, **placed: Any) -> AutoCdcSnapshotFlow:

@@ -1,209 +1,232 @@
-"""The staging table of flows with ``max_staleness``: changes received, not applied yet.
+"""``StagedFlow``: a flow with ``max_staleness``, which stages its micro-batches and
+applies them when due.
 
-A micro-batch of such a flow is validated (bad rows quarantined as always) and its
-changes appended here, ``<target>__autocdc_staged``, one Delta commit per micro-batch
-with Delta's idempotent-write pair ``(autocdc/<target>/staged/<flow>, stage id)``: a
-replayed stage id is skipped by Delta itself, and a crash before the commit stages
-nothing. The rows are the batch's own columns, already fitted to the target's types,
-plus who staged them, when, and under which stage id.
-
-Applying is the engine's ordinary batch over every staged row of the flow (the result
-depends only on the set of changes, so many micro-batches applied as one give the same
-target), then the applied rows are deleted by stage id. A crash between the two applies
-them again next time, which the engine absorbs as a replay.
+A micro-batch is validated (its bad rows quarantined, as an apply would) and appended to
+the staging table (:mod:`autocdc.engine.staged_table`), nothing else read or written;
+the staged changes are applied as one batch of the wrapped flow once the oldest is older
+than ``max_staleness`` (or ``max_staged_rows`` are staged). Reads in between merge the
+staged changes into the target at read time (:meth:`StagedFlow.fresh`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import replace
+from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
 
-from autocdc.engine import commit, tables
-from autocdc.engine.fit import nullable
-from autocdc.engine.stage import col
-from autocdc.engine.tables import CONFLICTS
-
-STAGED_SUFFIX = "__autocdc_staged"
-FLOW = "__autocdc_flow"
-STAGE = "__autocdc_stage"
-STAGED_AT = "__autocdc_staged_at"
-COLUMNS = (FLOW, STAGE, STAGED_AT)
-# Column mapping lets any user column name in; type widening follows the target's.
-_PROPERTIES = {"delta.columnMapping.mode": "name", "delta.enableTypeWidening": "true"}
+from autocdc.engine import change_rows, fit, metrics, quarantine, stage, tables, tuning
+from autocdc.engine import staged_table as table
+from autocdc.engine.batch import NOTHING, count
+from autocdc.engine.errors import MaxStalenessUnsupportedError
+from autocdc.engine.faults import crash_point
+from autocdc.engine.metrics import BatchMetrics, Steps
+from autocdc.engine.spec import FlowDefinition
+from autocdc.engine.stage import REASON, col
 
 
-def table_of(target: str) -> str:
-    return target + STAGED_SUFFIX
+class Flow(Protocol):
+    """What a staged flow needs of the flow it wraps (an ``AutoCdcFlow``)."""
 
-
-def app_id(target: str, flow: str) -> str:
-    """The idempotent-write app id of a flow's stage commits (its own per flow)."""
-    return f"autocdc/{target}/staged/{flow}"
-
-
-@dataclass(frozen=True)
-class Status:
-    """What a flow holds staged: micro-batches, rows, when the oldest was staged (seconds
-    since the epoch), and when the target last committed a batch (None: never, or not
-    asked for)."""
-
-    batches: int
-    rows: int
-    oldest_epoch: float | None
-    last_apply: datetime | None = None
+    definition: FlowDefinition
 
     @property
-    def age_seconds(self) -> float | None:
-        """How long ago the oldest staged change was staged."""
-        return None if self.oldest_epoch is None else round(time.time() - self.oldest_epoch, 3)
+    def state_table(self) -> str: ...
 
     @property
-    def oldest(self) -> datetime | None:
-        if self.oldest_epoch is None:
-            return None
-        return datetime.fromtimestamp(self.oldest_epoch, tz=timezone.utc)
+    def quarantine_table(self) -> str: ...
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "staged_batches": self.batches,
-            "staged_rows": self.rows,
-            "oldest_staged_at": None if self.oldest is None else self.oldest.isoformat(),
-            "oldest_staged_age_seconds": self.age_seconds,
-            "last_apply_at": None if self.last_apply is None else self.last_apply.isoformat(),
-        }
+    @property
+    def tombstones(self) -> int: ...
 
+    def committed_batch(self, spark: SparkSession) -> int: ...
 
-def version(spark: SparkSession, target: str) -> int:
-    """The staging table's Delta version (-1: no table); a listing of its log, no job."""
-    name = table_of(target)
-    return commit.table_version(spark, name) if tables.exists(spark, name) else -1
+    def apply_now(self, df: DataFrame, maintain: bool = True) -> BatchMetrics: ...
+
+    def maintain(self, spark: SparkSession) -> int: ...
+
+    def preview(self, df: DataFrame) -> DataFrame: ...
 
 
-@dataclass(frozen=True)
-class Known:
-    """A flow's staged status as of one version of the staging table: while the table is
-    still at that version, nobody staged or applied since, and it need not be read."""
+class StagedFlow:
+    """``flow`` with its micro-batches staged: :meth:`stage`, :meth:`apply` (what is
+    staged), :meth:`fresh` (the target with the staged changes merged in)."""
 
-    at: int
-    status: Status
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+        # What the flow last knew to be staged, and at which version of the staging table.
+        self._known: table.Known | None = None
 
-    def after_stage(self, rows: int, staged_at: float) -> Status:
-        """The status once one micro-batch of ``rows`` rows, staged at ``staged_at``
-        (seconds since the epoch), is added."""
-        old = self.status
-        oldest = staged_at if old.oldest_epoch is None else old.oldest_epoch
-        return Status(old.batches + 1, old.rows + rows, oldest)
+    def forget(self) -> None:
+        self._known = None
 
+    def stage(self, df: DataFrame, stage_id: int | None = None) -> BatchMetrics:
+        """Stage one micro-batch: its bad rows are quarantined, the rest appended to the
+        staging table, nothing else is read or written; then the staged changes are
+        applied if they are due (the oldest older than ``max_staleness``, or
+        ``max_staged_rows`` staged).
 
-def last_stage(spark: SparkSession, target: str, flow: str) -> int:
-    """The last stage id the flow committed (0: none)."""
-    return commit.committed_version(spark, table_of(target), app_id(target, flow))
-
-
-def append(spark: SparkSession, target: str, flow: str, stage_id: int, rows: DataFrame) -> bool:
-    """Append ``rows`` as stage ``stage_id`` of ``flow``; False when Delta skipped it (that
-    stage id is already committed: a replay)."""
-    name = table_of(target)
-    if not tables.exists(spark, name):
-        # Every column nullable: a later batch may carry NULLs where the first had none.
-        schema = StructType([StructField(f.name, nullable(f.dataType)) for f in rows.schema])
-        tables.create(spark, name, schema, _PROPERTIES)
-    app = app_id(target, flow)
-    if commit.committed_version(spark, name, app) >= stage_id:
-        return False
-    try:
-        (
-            rows.write.format("delta")
-            .mode("append")
-            .option("mergeSchema", "true")
-            .option("txnAppId", app)
-            .option("txnVersion", stage_id)
-            .save(tables.default_location(spark, name))
+        ``stage_id`` (increasing, e.g. a streaming batch id) makes a replay stage nothing
+        twice; without it each call takes the next id. The returned metrics are the
+        stage's, or the apply's when it ran, with the staged counts after it."""
+        started = time.perf_counter()
+        spark = df.sparkSession
+        stage.check_deterministic(df, self.flow.definition)
+        with tuning.engine_settings(spark):
+            staged = self._stage_once(spark, df, stage_id, started)
+        pending = self._pending(spark)
+        applied = self.apply(spark) if self._due(pending) else None
+        if applied is None:
+            return replace(
+                staged,
+                staged_batches=pending.batches,
+                staged_rows=pending.rows,
+                oldest_staged_seconds=pending.age_seconds,
+                seconds=round(time.perf_counter() - started, 3),
+            )
+        return replace(
+            applied,
+            rows_in=staged.rows_in,
+            skipped=staged.skipped,
+            quarantined=staged.quarantined + applied.quarantined,
+            stage_id=staged.stage_id,
+            rows_staged=staged.rows_staged,
+            steps={**staged.steps, **{f"apply.{k}": v for k, v in applied.steps.items()}},
+            seconds=round(time.perf_counter() - started, 3),
         )
-    except CONFLICTS:
-        if commit.committed_version(spark, name, app) < stage_id:
-            raise
-        return False
-    return True
 
-
-def tagged(rows: DataFrame, flow: str, stage_id: int) -> DataFrame:
-    return rows.select(
-        "*",
-        F.lit(flow).alias(FLOW),
-        F.lit(stage_id).cast("long").alias(STAGE),
-        F.current_timestamp().alias(STAGED_AT),
-    )
-
-
-@dataclass(frozen=True)
-class Read:
-    """A flow's staged rows at one version of the staging table (their own columns
-    only), and the greatest stage id among them (0: nothing staged)."""
-
-    rows: DataFrame | None
-    upto: int
-    count: int
-
-
-def read(spark: SparkSession, target: str, flow: str) -> Read:
-    """Every staged row of ``flow``, pinned to the table's current version (one small
-    job: the count and the greatest stage id)."""
-    name = table_of(target)
-    if not tables.exists(spark, name):
-        return Read(None, 0, 0)
-    version = commit.table_version(spark, name)
-    location = tables.default_location(spark, name)
-    pinned = spark.read.format("delta").option("versionAsOf", version).load(location)
-    mine = pinned.where(col(FLOW) == F.lit(flow))
-    row = mine.agg(F.count(F.lit(1)).alias("n"), F.max(STAGE).alias("upto")).first()
-    if not row["n"]:
-        return Read(None, 0, 0)
-    return Read(mine.drop(*COLUMNS), int(row["upto"]), int(row["n"]))
-
-
-def clear(spark: SparkSession, target: str, flow: str, upto: int) -> None:
-    """Delete ``flow``'s staged rows up to stage ``upto`` (they are applied)."""
-    name = table_of(target)
-    condition = (col(FLOW) == F.lit(flow)) & (col(STAGE) <= F.lit(upto))
-    for _ in range(commit.FOLD_EVERY):
+    def _stage_once(
+        self, spark: SparkSession, df: DataFrame, stage_id: int | None, started: float
+    ) -> BatchMetrics:
+        """Quarantine the bad rows, then append the rest to the staging table, the stage's
+        commit point: with the pair (the flow's staging app id, the stage id), so Delta
+        skips a replayed stage id. The quarantine is idempotent by content (a row already
+        there is not added again), so a replay after a crash between the two adds nothing,
+        and a different batch that takes the same stage id loses none of its rows."""
+        flow, spec, steps = self.flow, self.flow.definition, Steps()
+        done = table.last_stage(spark, spec.target, spec.flow_name)
+        stage_id = done + 1 if stage_id is None else stage_id
+        committed = flow.committed_batch(spark)
+        if stage_id <= done:  # a replay of a staged micro-batch
+            replayed = metrics.measured(
+                spec, started, committed, NOTHING, steps, tombstones=flow.tombstones
+            )
+            return replace(replayed, stage_id=stage_id)
+        fitted = fit.fit(spark, spec, df, flow.state_table)
+        if fitted.layout.partial:
+            raise MaxStalenessUnsupportedError(
+                flow=spec.flow_name, why=f"target `{spec.target}`, created partial"
+            )
+        fit.prepare_tables(spark, spec, fitted, flow.state_table)
+        steps.lap("prepare")
+        shaped = fit.conformed(df, fitted)
+        batch = stage.stage(shaped, spec, fitted.layout.key_names, list(df.columns))
         try:
-            tables.delta_table(spark, name).delete(condition)
-            return
-        except CONFLICTS:  # a stage appended meanwhile: its rows are not ours to delete
-            continue
-    tables.delta_table(spark, name).delete(condition)
-
-
-def status(spark: SparkSession, target: str, flow: str, last_apply: bool = True) -> Status:
-    """What ``flow`` holds staged (one small job), and (``last_apply``) the target's last
-    commit time."""
-    name = table_of(target)
-    applied = None
-    if last_apply and tables.exists(spark, target):
-        history = tables.delta_table(spark, target).history(1)
-        last = history.select(F.unix_micros("timestamp").alias("t")).first()
-        applied = None if last is None else datetime.fromtimestamp(last.t / 1e6, tz=timezone.utc)
-    if not tables.exists(spark, name):
-        return Status(0, 0, None, applied)
-    row = (
-        tables.read(spark, name)
-        .where(col(FLOW) == F.lit(flow))
-        .agg(
-            F.count_distinct(col(STAGE)).alias("batches"),
-            F.count(F.lit(1)).alias("rows"),
-            F.min(F.unix_micros(col(STAGED_AT))).alias("oldest"),
+            counts = count(batch, fitted.layout.keys)
+            steps.lap("stage")
+            quarantined = rows_staged = 0
+            if counts.rejected:
+                rejected = quarantine.rows(
+                    batch.rejected, batch.source_columns, spec.flow_name, stage_id
+                )
+                quarantine.create(spark, flow.quarantine_table)
+                quarantine.append(spark, flow.quarantine_table, rejected)
+                quarantined = counts.rejected
+            steps.lap("quarantine")
+            if counts.rows_in > counts.rejected:
+                kept = [c for c in shaped.columns if c != change_rows.NO_CHANGE]
+                good = batch.tagged.where(col(REASON).isNull()).select(*[col(c) for c in kept])
+                rows_staged = self._append(spark, good, stage_id, counts.rows_in - counts.rejected)
+            steps.lap("staged")
+        finally:
+            batch.tagged.unpersist()
+        measured = metrics.measured(
+            spec,
+            started,
+            committed,
+            counts,
+            steps,
+            quarantined=quarantined,
+            tombstones=flow.tombstones,
         )
-        .first()
-    )
-    oldest = None if row["oldest"] is None else row["oldest"] / 1e6
-    return Status(row["batches"], row["rows"], oldest, applied)
+        return replace(measured, stage_id=stage_id, rows_staged=rows_staged)
 
+    def _append(self, spark: SparkSession, good: DataFrame, stage_id: int, rows: int) -> int:
+        """Append the stage's ``rows`` good rows; how many it staged (0: a replay). What is
+        staged stays known without a read while only this stage committed since."""
+        spec = self.flow.definition
+        before, staged_at = table.version(spark, spec.target), time.time()
+        known = self._known if self._known and self._known.at == before else None
+        crash_point("before_staged_commit")
+        tagged = table.tagged(good, spec.flow_name, stage_id)
+        appended = table.append(spark, spec.target, spec.flow_name, stage_id, tagged)
+        crash_point("after_staged_commit")
+        self._known = None  # read again, unless only this stage committed since
+        after = table.version(spark, spec.target)
+        if appended and known is not None and after == max(before, 0) + 1:
+            self._known = table.Known(after, known.after_stage(rows, staged_at))
+        return rows if appended else 0
 
-def drop(spark: SparkSession, target: str) -> None:
-    tables.drop(spark, table_of(target))
+    def _due(self, pending: table.Status) -> bool:
+        """Whether the staged changes are to be applied: the oldest is older than
+        ``max_staleness``, or ``max_staged_rows`` are staged."""
+        spec = self.flow.definition
+        if not pending.rows or spec.max_staleness is None:
+            return False
+        return (pending.age_seconds or 0.0) >= spec.max_staleness.total_seconds() or (
+            spec.max_staged_rows is not None and pending.rows >= spec.max_staged_rows
+        )
+
+    def apply_if_due(self, spark: SparkSession) -> BatchMetrics | None:
+        """Apply the staged changes if they are due (see :meth:`stage`); None if not: what
+        a long-running process calls between micro-batches, when a source is quiet."""
+        return self.apply(spark) if self._due(self._pending(spark)) else None
+
+    def _pending(self, spark: SparkSession) -> table.Status:
+        """What the flow holds staged: as it last knew while the staging table is at the
+        version it knew it at (its own stage the last commit), else read (one job)."""
+        spec = self.flow.definition
+        at = table.version(spark, spec.target)
+        if self._known is None or self._known.at != at:
+            status = table.status(spark, spec.target, spec.flow_name, last_apply=False)
+            self._known = table.Known(at, status)
+        return self._known.status
+
+    def apply(self, spark: SparkSession) -> BatchMetrics | None:
+        """Apply every change the flow has staged, as one batch; None when nothing is
+        staged. Safe to repeat after a crash (an apply killed after its commit is applied
+        again next time: a replay, which changes nothing). Tombstones are collected only
+        once the applied changes are cleared."""
+        spec = self.flow.definition
+        read = table.read(spark, spec.target, spec.flow_name)
+        if read.rows is None:
+            return None
+        applied = self.flow.apply_now(read.rows, maintain=False)
+        crash_point("after_staged_apply")
+        table.clear(spark, spec.target, spec.flow_name, read.upto)
+        collected = self.flow.maintain(spark)
+        pending = self._pending(spark)
+        return replace(
+            applied,
+            tombstones_collected=collected,
+            tombstones_live=applied.tombstones_live - collected,
+            applied_staged=read.count,
+            staged_batches=pending.batches,
+            staged_rows=pending.rows,
+            oldest_staged_seconds=pending.age_seconds,
+        )
+
+    def status(self, spark: SparkSession) -> table.Status:
+        """What the flow holds staged: batches, rows, the oldest's age, the last apply."""
+        spec = self.flow.definition
+        return table.status(spark, spec.target, spec.flow_name)
+
+    def fresh(self, spark: SparkSession) -> DataFrame:
+        """The whole target (type 2: every version) merged with every staged change."""
+        spec = self.flow.definition
+        read = table.read(spark, spec.target, spec.flow_name)
+        if read.rows is None:
+            return tables.read(spark, spec.target)
+        with tuning.engine_settings(spark):
+            return self.flow.preview(read.rows)

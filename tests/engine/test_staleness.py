@@ -23,7 +23,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from reference import DELETE, TRUNCATE, UPSERT, Change, fold_scd1, fold_scd2
 
 import autocdc
-from autocdc.engine import staged
+from autocdc.engine import staged_table as staged
 
 SCHEMA = StructType(
     [
