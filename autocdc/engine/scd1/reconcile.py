@@ -1,4 +1,4 @@
-"""Reconcile one staged batch against the state of the keys it touches (SCD type 1).
+"""SCD type 1's reconcile: one staged batch against the state of the keys it touches.
 
 The fold of docs/semantics.md, computed per key without replaying history:
 
@@ -25,23 +25,18 @@ the MERGE, per column). Both tied changes are thus judged by the same rule wheth
 arrive in one batch or in two.
 
 One pass yields, per touched key, the new state row, whether it changed, the change the
-target needs (``ACTION``: delete, or upsert with per-column instructions) and the key's
-event counts for the batch metrics.
+target needs (``ACTION``: delete, or upsert with per-column instructions, which
+:mod:`~autocdc.engine.scd1.merge` writes) and the key's event counts for the batch metrics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from autocdc.engine import bound as kb
-from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
-from autocdc.engine.batch import Batch, Plan, into_empty_target, sole_changes
-from autocdc.engine.checkpoint import materialized
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
 from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
 
@@ -60,9 +55,7 @@ ROW = "__autocdc_row"  # a key's events, numbered
 SHARED = "__autocdc_shared"  # an upsert whose key and sequence another upsert shares
 TWIN = "__autocdc_twin"  # a duplicate of the change before it
 CHANGED, ACTION, TIE = "__autocdc_changed", "__autocdc_action", "__autocdc_tie"
-NEW_TIE, HELD_TIE = "__autocdc_new_tie", "__autocdc_held_tie"  # settling ties
 OTHER_LIVE = "__autocdc_other_live"  # sequence groups: another group keeps the key live
-SOURCE_BYTES = "source_bytes"  # the plan's observation: bytes of the MERGE's source
 ACT_DELETE, ACT_UPSERT = "D", "U"
 # Per key: events folded, events in all, late and stale ones (the batch's metrics).
 N_OK, N_EVENTS, N_LATE, N_STALE = (
@@ -263,7 +256,7 @@ def _fold_batch(
         return F.max_by(c, by), F.when(by.isNotNull(), c)
 
     # Every aggregate here is a declarative one (a set per key made Spark's object
-    # aggregate sort 1M rows twice).
+    # aggregate sort every row, twice).
     aggs = {
         N_OK: count(F.when(ok, 1)),
         N_EVENTS: count(F.lit(1)),
@@ -292,8 +285,8 @@ def _fold_batch(
         return events.select(*kept, *[one.alias(name) for name, (_, one) in aggs.items()])
     # Over a window of the key, not grouped: rows already spread and sorted by key need
     # no sort, and a struct-valued aggregate would make Spark group with its slower sort
-    # aggregate, twice (partial and final; 100k changes into 1M rows: the plan 4.7 s -> 3.9 s).
-    # Every row of a key then carries the key's result: the first one is kept.
+    # aggregate, twice (partial and final). Every row of a key then carries the key's
+    # result: the first one is kept.
     per_key = Window.partitionBy(*keys)
     return (
         events.select(
@@ -393,112 +386,6 @@ def _combine(
     )
 
 
-def merge(
-    spark: SparkSession,
-    target: str,
-    layout: st.Layout,
-    changes: DataFrame,
-    keys_bound: kb.KeyBound,
-    actions: int,
-    ties: int,
-    size: int | None,
-) -> Callable[[], DataFrame]:
-    """The target MERGE of the ``actions`` keys whose ACTION is set (not run until
-    called), broadcast when they fit (``size``: their keys' and values' bytes, see
-    ``sizing.row_bytes``); the condition also bounds the target's keys by
-    ``keys_bound`` (theirs), so that Delta skips the files that cannot hold them.
-
-    Unless the target is partial, no clause reads the target's values: a clause that
-    does makes Delta read every column of every file the MERGE touches, which makes a
-    small batch into a large table markedly slower. The ``ties`` upserts that tie the stored
-    winner's sequence are settled before it (:func:`_settle_ties`), and an upsert whose
-    values equal the row's is written anyway, the same row again."""
-    keys, values = layout.key_names, layout.value_names
-    q = tables.ident
-    flags = (
-        [c for v in values for c in (take(v), tie(v), wipe(v))]
-        if layout.per_column_sequences
-        else [TIE]
-    )
-    source = changes.where(col(ACTION).isNotNull()).select(
-        *[col(c) for c in [*keys, *values, ACTION, *flags]]
-    )
-    source = sizing.small(source, actions, size)
-    on = kb.on_keys(keys, keys_bound)
-    is_upsert = f"s.{ACTION} = '{ACT_UPSERT}'"
-    if layout.per_column_sequences:
-        update_set = {}
-        for f in layout.values:
-            v = q(f.name)
-            new, held = (st.comparable_sql(f.name, f.dataType, a) for a in ("s", "t"))
-            # NULL lowest: an upsert may set a column to NULL, and a tie with it loses.
-            greater = f"({new} IS NOT NULL AND ({held} IS NULL OR {new} > {held}))"
-            update_set[v] = (
-                f"CASE WHEN s.{q(take(f.name))} THEN s.{v} "
-                f"WHEN s.{q(tie(f.name))} AND {greater} THEN s.{v} "
-                f"WHEN s.{q(wipe(f.name))} THEN NULL ELSE t.{v} END"
-            )
-        update_condition = is_upsert
-    else:
-        update_set = {q(v): f"s.{q(v)}" for v in values}
-        update_condition = is_upsert
-
-    def run() -> DataFrame:
-        settled = _settle_ties(tables.read(spark, target), layout, source, ties) if ties else source
-        return (
-            tables.delta_table(spark, target)
-            .alias("t")
-            .merge(settled.alias("s"), on)
-            .whenMatchedDelete(condition=f"s.{ACTION} = '{ACT_DELETE}'")
-            .whenMatchedUpdate(condition=update_condition, set=update_set)
-            .whenNotMatchedInsert(
-                condition=is_upsert, values={q(c): f"s.{q(c)}" for c in keys + values}
-            )
-            .execute()
-        )
-
-    return run
-
-
-def preview(layout: st.Layout, changes: DataFrame, ties: int) -> Callable[[DataFrame], DataFrame]:
-    """What :func:`merge` makes of ``target`` (a read of the target), nothing written:
-    every key with an action loses its row, and its upsert, unless it ties the held row
-    and loses to it (the same :func:`_settle_ties`), brings the new one. Not for a
-    partial target (its MERGE sets columns one by one)."""
-    keys, values = layout.key_names, layout.value_names
-    source = changes.where(col(ACTION).isNotNull()).select(
-        *[col(c) for c in [*keys, *values, ACTION, TIE]]
-    )
-
-    def read(target: DataFrame) -> DataFrame:
-        settled = _settle_ties(target, layout, source, ties) if ties else source
-        kept = target.join(F.broadcast(settled.select(*[col(k) for k in keys])), keys, "left_anti")
-        upserts = settled.where(col(ACTION) == ACT_UPSERT)
-        return kept.unionByName(upserts.select(*[col(c) for c in target.columns]))
-
-    return read
-
-
-def _settle_ties(held: DataFrame, layout: st.Layout, source: DataFrame, ties: int) -> DataFrame:
-    """``source`` without the ``ties`` tied upserts that lose to the row the target holds
-    (``held``, a read of it; the greater row wins, compared in the declared tie order).
-    Ties are rare: their keys' rows are read on their own, and the MERGE reads no value
-    of the target."""
-    keys = [col(k) for k in layout.key_names]
-    tied = source.where(col(TIE) & (col(ACTION) == ACT_UPSERT)).select(
-        *keys, layout.tie().alias(NEW_TIE)
-    )
-    held = held.select(*keys, layout.tie().alias(HELD_TIE))
-    wins = F.coalesce(col(NEW_TIE) > col(HELD_TIE), F.lit(False))
-    losers = (
-        held.join(sizing.small(tied, ties), layout.key_names)
-        .where(~wins)
-        .select(*keys)
-        .localCheckpoint()
-    )
-    return source.join(sizing.small(losers, ties), layout.key_names, "left_anti")
-
-
 def _group_live(group: str) -> Column:
     """Whether ``group``'s greatest upsert is above its latest delete."""
     ups, dele = col(st.group_ups(group)), col(st.group_del(group))
@@ -552,178 +439,3 @@ def regroup(touched: DataFrame, old_state: DataFrame, full: st.Layout) -> DataFr
             OLD_LIVE: old_live,
         }
     ).withColumns({st.UPS: null, st.DEL: null, st.FLOOR: null})
-
-
-def _few(batch: Batch) -> bool:
-    """Whether the keys a batch touches are few enough to list (see ``kb.MAX_IN_LIST``)."""
-    return not batch.counts.truncates and batch.counts.keyed <= kb.MAX_IN_LIST
-
-
-def plan(batch: Batch) -> Plan:
-    """Reconcile the batch against the state of its keys (all keys when it truncates):
-    one materialized pass, its counts observed on the way."""
-    spark, layout, staged = batch.spark, batch.layout, batch.staged
-    keys = layout.key_names
-    quarantine_late = batch.spec.late_beyond_horizon == "quarantine"
-    if not layout.grouped and sole_changes(batch):  # nothing stored: no state, no horizon
-        events = classify(staged.changes, None, None, layout, quarantine_late)
-        touched = fold(events, None, None, layout, batch.batch_id, False)
-        if into_empty_target(batch):
-            return _loaded(batch, layout, touched)
-        return _planned(batch, layout, events, touched, None)
-    bounds = None  # no truncate now or before, nothing collected: no horizon to join
-    if batch.counts.truncates:
-        truncated = staged.tagged.agg(
-            F.max(F.when(col(REASON).isNull() & (col(OP) == TRUNCATE), col(SEQ))).alias(NEW_TRUNC)
-        )
-        bounds = horizons(batch.meta.horizons, truncated)
-    elif not batch.meta.empty:
-        none = spark.range(1).select(F.lit(None).cast(layout.sequence).alias(NEW_TRUNC))
-        bounds = horizons(batch.meta.horizons, none)
-    whole_state = bool(batch.counts.truncates)
-    old_state = st.state_rows(batch.state())
-    if not whole_state:  # key-pruned: only the state of keys in this batch
-        batch_keys = staged.changes.where(col(OP) != TRUNCATE).select(*[col(k) for k in keys])
-        counts = batch.counts
-        old_state = kb.of_keys(old_state, counts.key_range, keys, batch_keys, counts.keyed)
-    old_state = st.current(old_state, keys)
-    if whole_state or layout.grouped:  # read once: joined twice (classify, fold or regroup)
-        old_state = old_state.localCheckpoint()
-    else:  # joined once, at most a row per batch key
-        old_state = sizing.small(old_state, batch.counts.keyed)
-    full, view = layout, old_state
-    if full.grouped:  # the batch's group alone, on its own clock
-        layout, view = full.group_layout(), group_view(old_state, full)
-    events = classify(staged.changes, view, bounds, layout, quarantine_late)
-    touched = fold(events, view, bounds, layout, batch.batch_id, whole_state)
-    if full.grouped:
-        touched = regroup(touched, old_state, full)
-    new_horizons = None
-    if batch.counts.truncates and _moved(bounds):
-        new_horizons = bounds.select(
-            col(NEW_TRUNC).alias(st.DEL), col(M_GC).alias(st.FLOOR)
-        ).localCheckpoint()
-    return _planned(batch, full, events, touched, new_horizons)
-
-
-def _moved(bounds: DataFrame) -> bool:
-    """Whether the batch's truncate moves the truncate horizon: then it is committed even
-    when no key's state changes (a truncate into an empty target, or above keys deleted
-    already), or an older upsert of a key not yet seen would be applied after it."""
-    moved = F.coalesce(col(NEW_TRUNC) > col(M_TRUNC), col(NEW_TRUNC).isNotNull())
-    return bool(bounds.select(moved).first()[0])
-
-
-def _loaded(batch: Batch, layout: st.Layout, touched: DataFrame) -> Plan:
-    """An initial load: the batch's changes are sole, nothing is stored and the target is
-    empty, so each change is its key's first and changes the state, an upsert inserts and
-    a delete leaves a tombstone. The counts follow from the batch's: ``touched`` (a
-    projection of the cached batch, read by the redo and the append) is not read to count
-    it (that pass would double a large load's plan step). Its rows are
-    appended, no MERGE."""
-    keyed, deletes = batch.counts.keyed, batch.counts.deletes
-    stats = {
-        "distinct": keyed,
-        "late": 0,
-        "stale": 0,
-        "tombstones_written": deletes,
-        "tombstone_delta": deletes,
-        "conflicts": 0,
-        "changed": keyed,
-        "new_keys": keyed,
-        "actions": keyed - deletes,
-        "ties": 0,
-    }
-    inserts = touched.where(col(ACTION).isNotNull())
-    return Plan(
-        state_rows=layout.select(touched.where(col(CHANGED))),
-        merge=None,
-        late=None,
-        stats=stats,
-        load=(
-            inserts.select(*[col(c) for c in [*layout.key_names, *layout.value_names]])
-            if stats["actions"]
-            else None
-        ),
-    )
-
-
-def _planned(
-    batch: Batch,
-    full: st.Layout,
-    events: DataFrame,
-    touched: DataFrame,
-    new_horizons: DataFrame | None,
-) -> Plan:
-    """The plan of the ``touched`` keys, materialized with the counts and the MERGE's key
-    bound observed on the way."""
-    layout = full.group_layout() if full.grouped else full
-    staged = batch.staged
-    changed, live, old_live = col(CHANGED), col(st.LIVE), col(OLD_LIVE)
-    # Upserts the MERGE must settle against the target's row (not on a partial target:
-    # its MERGE compares per column).
-    tied = F.lit(False) if layout.per_column_sequences else col(TIE)
-    was_tombstone = col(OLD_EXISTS) & ~old_live
-
-    def total(name: str) -> Column:
-        return F.coalesce(F.sum(name), F.lit(0))
-
-    def count(condition: Column) -> Column:
-        return F.count(F.when(condition, 1))
-
-    aggregates = [
-        F.struct(
-            total(N_EVENTS).alias("distinct"),
-            total(N_LATE).alias("late"),
-            total(N_STALE).alias("stale"),
-            count(changed & ~live).alias("tombstones_written"),
-            (count(changed & ~live & ~was_tombstone) - count(changed & live & was_tombstone)).alias(
-                "tombstone_delta"
-            ),
-            count(changed & col(CONFLICT)).alias("conflicts"),
-            count(changed).alias("changed"),
-            count(changed & ~col(OLD_EXISTS)).alias("new_keys"),
-            count(col(ACTION).isNotNull()).alias("actions"),
-            count(col(ACTION).isNotNull() & tied).alias("ties"),
-        ).alias("stats"),
-        # The MERGE's key bound: the keys with an action (listed if there can be few:
-        # with a truncate every stored key is touched).
-        *kb.aggregates(full.keys, col(ACTION).isNotNull(), listed=_few(batch)),
-        # What the MERGE's source takes, for its broadcast (``sizing``).
-        F.sum(
-            F.when(col(ACTION).isNotNull(), sizing.row_bytes([*layout.keys, *layout.values]))
-        ).alias(SOURCE_BYTES),
-    ]
-    touched, row = materialized(touched, aggregates)
-    stats = row["stats"].asDict()
-    late = None
-    if stats["late"]:
-        late = events.where(col(LATE)).select(
-            *[col(c) for c in [*staged.source_columns, SEQ, REASON]]
-        )
-    state_rows = full.select(touched.where(changed))
-    return Plan(
-        state_rows=state_rows,
-        merge=(
-            merge(
-                batch.spark,
-                batch.names.target,
-                layout,
-                touched,
-                kb.from_row(row, full.keys),
-                stats["actions"],
-                stats["ties"],
-                row[SOURCE_BYTES],
-            )
-            if stats["actions"]
-            else None
-        ),
-        late=late,
-        stats=stats,
-        horizons=new_horizons,
-        preview=(
-            preview(layout, touched, stats["ties"])
-            if stats["actions"] and not layout.per_column_sequences
-            else None
-        ),
-    )
