@@ -74,7 +74,7 @@ class StagedBatch:
 def sequence(df: DataFrame, spec: FlowDefinition) -> Column:
     """The flow's sequence over ``df``; with no ``sequence_by``, ``df`` must carry
     a string ``_CHANGE_SEQUENCE_NUMBER`` (a clear error here, not an unresolved column)."""
-    if change_rows.is_auto(spec):
+    if spec.is_auto:
         change_rows.require(df.schema)
     return spec.sequence_column()
 
@@ -106,7 +106,7 @@ def _flag(expression: str | Column | None) -> Column:
 def operation(df: DataFrame, spec: FlowDefinition) -> Column:
     """Each row's operation: from ``apply_as_*``, else (no ``sequence_by``) from the feed's
     ``_CHANGE_TYPE``, else an upsert."""
-    if change_rows.reads_change_type(spec, df.columns):
+    if spec.reads_change_type(df.columns):
         is_truncate, is_delete = change_rows.is_truncate(), change_rows.is_delete()
     else:
         is_truncate, is_delete = _flag(spec.apply_as_truncates), _flag(spec.apply_as_deletes)
@@ -131,7 +131,8 @@ def stage(
     skips = change_rows.NO_CHANGE in df.columns
     checks = [(F.coalesce(col(change_rows.NO_CHANGE), F.lit(False)), SKIPPED)] if skips else []
     checks += [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
-    checks += change_rows.checks(spec, df.columns)
+    if spec.is_auto:
+        checks += change_rows.checks(spec.reads_change_type(df.columns), spec.stored_as_scd_type)
     if spec.apply_as_upserts is not None:  # declared: a row no condition names is unknown
         unknown = (col(OP) == UPSERT) & ~_flag(spec.apply_as_upserts)
         checks.append((unknown, QUARANTINE_UNKNOWN_CHANGE_TYPE))
