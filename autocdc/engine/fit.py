@@ -45,7 +45,8 @@ from autocdc.engine.errors import (
     UnknownColumnError,
 )
 from autocdc.engine.spec import FlowDefinition
-from autocdc.engine.stage import col, corrupt_column, sequence_type
+from autocdc.engine.stage import corrupt_column, sequence_type
+from autocdc.engine.tables import col
 
 _INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
 

@@ -24,7 +24,7 @@ from autocdc.engine.errors import (
     NondeterministicExpressionError,
 )
 from autocdc.engine.spec import FlowDefinition, to_column
-from autocdc.engine.tables import ident
+from autocdc.engine.tables import col
 
 SEQ = "__autocdc_seq"
 OP = "__autocdc_op"
@@ -34,11 +34,6 @@ SKIPPED = "skipped"  # the REASON of a row a source marked as no change
 UPSERT, DELETE, TRUNCATE = "U", "D", "T"
 
 CORRUPT_RECORD_CONF = "spark.sql.columnNameOfCorruptRecord"
-
-
-def col(name: str, alias: str | None = None) -> Column:
-    """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
-    return F.col(ident(name) if alias is None else f"{alias}.{ident(name)}")
 
 
 def any_null(value: Column, data_type: DataType) -> Column:

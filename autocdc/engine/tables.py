@@ -24,7 +24,8 @@ from urllib.parse import urlparse
 from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructField, StructType
 
 STATE_SUFFIX = "__autocdc_state"
@@ -69,6 +70,11 @@ def quote(name: str) -> str:
 def ident(name: str) -> str:
     """Quote one column name: dots and backticks stay part of it."""
     return f"`{name.replace('`', '``')}`"
+
+
+def col(name: str, alias: str | None = None) -> Column:
+    """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
+    return F.col(ident(name) if alias is None else f"{alias}.{ident(name)}")
 
 
 def warehouse_path(spark: SparkSession) -> Path:
