@@ -17,12 +17,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Resolved again when the coordinates change (a no-op when the marker matches them).
-$(JARS): $(STAMP) autocdc/engine/jars.py
-	$(PY) -m autocdc.engine.jars
+$(JARS): $(STAMP) autocdc/runtime/jars.py
+	$(PY) -m autocdc.runtime.jars
 	touch $(JARS)
 
 $(CLASSES): $(JARS)
-	$(PY) -m autocdc.engine.archive
+	$(PY) -m autocdc.engine.warmup
 
 setup: $(STAMP) $(JARS) $(CLASSES)
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from autocdc.engine import (
+    AutoCdcFlow,
+    AutoCdcSnapshotFlow,
+    BatchMetrics,
+    hex_sequence,
+    parse_hex_sequence,
+)
 from autocdc.engine.errors import (
-    AutoCdcError,
     ColumnNotSelectedError,
     ConcurrentWriteError,
     ConflictingColumnListsError,
@@ -40,11 +46,7 @@ from autocdc.engine.errors import (
     UnknownColumnError,
     UnknownConnectorError,
 )
-from autocdc.engine.flow import AutoCdcFlow
-from autocdc.engine.logs import log_file
-from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow
+from autocdc.runtime import AutoCdcError, SessionError, log_file
 from autocdc.sources import spark_session
 from autocdc.sources.debezium import debezium_changes, debezium_kafka, debezium_sequence
 from autocdc.sources.errors import SourceError
@@ -76,6 +78,7 @@ __all__ = [
     "RedoMissingError",
     "ReservedColumnError",
     "SchemaMismatchError",
+    "SessionError",
     "SnapshotDuplicateKeyError",
     "SnapshotInvalidVersionError",
     "SnapshotMassDeleteError",

@@ -6,7 +6,7 @@
     python benchmarks/run.py --snapshot  # snapshot flows only (with --quick, --smoke: smaller)
 
 Every system gets the same data, the same SparkSession and settings (the engine's, in
-autocdc/engine/defaults/). Per configuration: load the snapshot (untimed), apply the
+autocdc/runtime/defaults/). Per configuration: load the snapshot (untimed), apply the
 batches one by one, drop the first as warm-up, report medians of the rest. The headline
 ends with a tail of small batches (what a batch costs when there is little to do); the
 SCD2 history workload keeps changing the same keys (does the cost follow the history?).

@@ -20,7 +20,8 @@ from autocdc.engine import state as st
 from autocdc.engine.bound import KeyBound
 from autocdc.engine.commit import Stored, Tables, holds_no_files
 from autocdc.engine.spec import FlowDefinition
-from autocdc.engine.stage import DELETE, OP, REASON, SKIPPED, TRUNCATE, StagedBatch, col
+from autocdc.engine.stage import DELETE, OP, REASON, SKIPPED, TRUNCATE, StagedBatch
+from autocdc.engine.tables import col
 
 _INTEGERS = (ByteType, ShortType, IntegerType, LongType)
 _BITMAP_VALUES = 32768  # the values one of Spark's bitmaps covers (bitmap_bucket_number)

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 
 from autocdc.engine import sizing
 from autocdc.engine import state as st
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 # Up to this many keys a batch's bound lists them. A list prunes no more files than the
 # range (Delta, and Parquet beyond 10 values, test only its ends); it only filters rows

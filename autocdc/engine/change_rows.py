@@ -16,9 +16,6 @@ place is quarantined with its own reason, and the batch goes on.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import TYPE_CHECKING
-
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructType
@@ -32,9 +29,6 @@ from autocdc.engine.errors import (
 from autocdc.engine.sequences import HEX_SECTIONS, hex_sequence
 from autocdc.engine.tables import ident
 
-if TYPE_CHECKING:
-    from autocdc.engine.spec import FlowDefinition
-
 CHANGE_TYPE = "_CHANGE_TYPE"
 # A source's mark on a row that carries no change (a Kafka tombstone): when a batch has
 # this boolean column, its true rows are counted as ``skipped``, never applied, quarantined
@@ -43,10 +37,6 @@ NO_CHANGE = "__autocdc_no_change"
 CHANGE_SEQUENCE_NUMBER = "_CHANGE_SEQUENCE_NUMBER"
 PSEUDO_COLUMNS = (CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER)
 UPSERT, DELETE, TRUNCATE = "UPSERT", "DELETE", "TRUNCATE"
-
-
-def is_auto(spec: FlowDefinition) -> bool:
-    return spec.sequence_by is None
 
 
 def require(schema: StructType) -> None:
@@ -64,16 +54,6 @@ def sequence() -> Column:
     return hex_sequence(F.col(ident(CHANGE_SEQUENCE_NUMBER)))
 
 
-def reads_change_type(spec: FlowDefinition, columns: Collection[str]) -> bool:
-    """Whether the rows' operations come from ``_CHANGE_TYPE`` (explicit options win)."""
-    return (
-        is_auto(spec)
-        and spec.apply_as_deletes is None
-        and spec.apply_as_truncates is None
-        and CHANGE_TYPE in columns
-    )
-
-
 def _change_type() -> Column:
     return F.upper(F.col(ident(CHANGE_TYPE)))
 
@@ -86,20 +66,20 @@ def is_truncate() -> Column:
     return F.coalesce(_change_type() == TRUNCATE, F.lit(False))
 
 
-def checks(spec: FlowDefinition, columns: Collection[str]) -> list[tuple[Column, str]]:
-    """Quarantine conditions of the auto mode, on the source columns, in order.
+def checks(reads_change_type: bool, stored_as_scd_type: int) -> list[tuple[Column, str]]:
+    """Quarantine conditions of a flow in the auto mode, on the source columns, in order;
+    ``reads_change_type``: its operations come from ``_CHANGE_TYPE`` (see
+    ``FlowDefinition.reads_change_type``).
 
     A malformed sequence would otherwise read as NULL (the NULL-sequence reason stays for
     a NULL one); SCD type 2 keeps history, so it refuses a truncate row as it refuses
     ``apply_as_truncates``.
     """
-    if not is_auto(spec):
-        return []
     value = F.col(ident(CHANGE_SEQUENCE_NUMBER))
     found = [(value.isNotNull() & ~value.rlike(HEX_SECTIONS), QUARANTINE_MALFORMED_SEQUENCE)]
-    if reads_change_type(spec, columns):
+    if reads_change_type:
         known = F.coalesce(_change_type().isin(UPSERT, DELETE, TRUNCATE), F.lit(False))
         found.append((~known, QUARANTINE_UNKNOWN_CHANGE_TYPE))
-        if spec.stored_as_scd_type == 2:
+        if stored_as_scd_type == 2:
             found.append((is_truncate(), QUARANTINE_TRUNCATE_IN_SCD2))
     return found

@@ -46,7 +46,8 @@ from autocdc.engine.errors import (
 )
 from autocdc.engine.faults import crash_point
 from autocdc.engine.spec import END_AT, START_AT, FlowDefinition
-from autocdc.engine.stage import col, corrupt_column, sequence_type
+from autocdc.engine.stage import corrupt_column, sequence_type
+from autocdc.engine.tables import col
 
 _INTEGRAL = [ByteType(), ShortType(), IntegerType(), LongType()]
 

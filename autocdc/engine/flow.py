@@ -41,8 +41,8 @@ from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
 from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowDefinition
-from autocdc.engine.stage import col
 from autocdc.engine.staged import StagedFlow
+from autocdc.engine.tables import col
 
 GC_INTERVAL_SECONDS = 3600.0
 MAX_ATTEMPTS = 8  # of one batch against writers that keep committing meanwhile

@@ -23,8 +23,7 @@ from pyspark.sql import functions as F
 
 from autocdc.engine import state as st
 from autocdc.engine import tables
-from autocdc.engine.stage import col
-from autocdc.engine.tables import CONFLICTS, LostRace
+from autocdc.engine.tables import CONFLICTS, LostRace, col
 
 COLLECTED, MAX_DEL, KEPT = "__autocdc_collected", "__autocdc_max_del", "__autocdc_kept"
 # Compact once superseded rows outnumber current ones, and there are this many of them.

@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from autocdc.engine import tables
-from autocdc.engine.stage import REASON, SEQ, col
+from autocdc.engine.stage import REASON, SEQ
+from autocdc.engine.tables import col
 
 SCHEMA = StructType(
     [

@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 # What a hinted side may take on the driver and every executor: rows times the width
 # of the row's types as :func:`width` estimates it.

@@ -62,8 +62,9 @@ from autocdc.engine.errors import (
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
 from autocdc.engine.spec import ColumnOrSql, FlowDefinition, scd_type_from_str, to_column
-from autocdc.engine.stage import any_null, col
+from autocdc.engine.stage import any_null
 from autocdc.engine.state import comparable
+from autocdc.engine.tables import col
 
 # The changes' own columns, which the inner flow keeps out of the target.
 VERSION = "__snapshot_version"

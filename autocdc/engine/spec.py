@@ -490,9 +490,25 @@ class FlowDefinition(BaseModel):
         }
 
     @property
+    def is_auto(self) -> bool:
+        """No ``sequence_by``: the feed's own change columns drive the flow (the auto mode
+        of :mod:`autocdc.engine.change_rows`)."""
+        return self.sequence_by is None
+
+    def reads_change_type(self, columns: Collection[str]) -> bool:
+        """Whether the rows' operations come from the feed's ``_CHANGE_TYPE`` (explicit
+        options win)."""
+        return (
+            self.is_auto
+            and self.apply_as_deletes is None
+            and self.apply_as_truncates is None
+            and change_rows.CHANGE_TYPE in columns
+        )
+
+    @property
     def pseudo_columns(self) -> tuple[str, ...]:
         """Columns that drive the flow and are stored only when ``column_list`` names them."""
-        return change_rows.PSEUDO_COLUMNS if change_rows.is_auto(self) else ()
+        return change_rows.PSEUDO_COLUMNS if self.is_auto else ()
 
     @property
     def sets_columns(self) -> bool:

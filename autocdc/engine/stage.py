@@ -24,7 +24,7 @@ from autocdc.engine.errors import (
     NondeterministicExpressionError,
 )
 from autocdc.engine.spec import FlowDefinition, to_column
-from autocdc.engine.tables import ident
+from autocdc.engine.tables import col
 
 SEQ = "__autocdc_seq"
 OP = "__autocdc_op"
@@ -34,11 +34,6 @@ SKIPPED = "skipped"  # the REASON of a row a source marked as no change
 UPSERT, DELETE, TRUNCATE = "U", "D", "T"
 
 CORRUPT_RECORD_CONF = "spark.sql.columnNameOfCorruptRecord"
-
-
-def col(name: str, alias: str | None = None) -> Column:
-    """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
-    return F.col(ident(name) if alias is None else f"{alias}.{ident(name)}")
 
 
 def any_null(value: Column, data_type: DataType) -> Column:
@@ -74,7 +69,7 @@ class StagedBatch:
 def sequence(df: DataFrame, spec: FlowDefinition) -> Column:
     """The flow's sequence over ``df``; with no ``sequence_by``, ``df`` must carry
     a string ``_CHANGE_SEQUENCE_NUMBER`` (a clear error here, not an unresolved column)."""
-    if change_rows.is_auto(spec):
+    if spec.is_auto:
         change_rows.require(df.schema)
     return spec.sequence_column()
 
@@ -106,7 +101,7 @@ def _flag(expression: str | Column | None) -> Column:
 def operation(df: DataFrame, spec: FlowDefinition) -> Column:
     """Each row's operation: from ``apply_as_*``, else (no ``sequence_by``) from the feed's
     ``_CHANGE_TYPE``, else an upsert."""
-    if change_rows.reads_change_type(spec, df.columns):
+    if spec.reads_change_type(df.columns):
         is_truncate, is_delete = change_rows.is_truncate(), change_rows.is_delete()
     else:
         is_truncate, is_delete = _flag(spec.apply_as_truncates), _flag(spec.apply_as_deletes)
@@ -131,7 +126,8 @@ def stage(
     skips = change_rows.NO_CHANGE in df.columns
     checks = [(F.coalesce(col(change_rows.NO_CHANGE), F.lit(False)), SKIPPED)] if skips else []
     checks += [(col(corrupt).isNotNull(), QUARANTINE_MALFORMED_RECORD)] if corrupt else []
-    checks += change_rows.checks(spec, df.columns)
+    if spec.is_auto:
+        checks += change_rows.checks(spec.reads_change_type(df.columns), spec.stored_as_scd_type)
     if spec.apply_as_upserts is not None:  # declared: a row no condition names is unknown
         unknown = (col(OP) == UPSERT) & ~_flag(spec.apply_as_upserts)
         checks.append((unknown, QUARANTINE_UNKNOWN_CHANGE_TYPE))

@@ -23,7 +23,8 @@ from autocdc.engine.errors import MaxStalenessUnsupportedError
 from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.spec import FlowDefinition
-from autocdc.engine.stage import REASON, col
+from autocdc.engine.stage import REASON
+from autocdc.engine.tables import col
 
 
 class Flow(Protocol):

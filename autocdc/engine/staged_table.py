@@ -25,8 +25,7 @@ from pyspark.sql.types import StructField, StructType
 
 from autocdc.engine import commit, tables
 from autocdc.engine.fit import nullable
-from autocdc.engine.stage import col
-from autocdc.engine.tables import CONFLICTS
+from autocdc.engine.tables import CONFLICTS, col
 
 STAGED_SUFFIX = "__autocdc_staged"
 FLOW = "__autocdc_flow"

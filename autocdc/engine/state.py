@@ -62,7 +62,7 @@ from pyspark.sql.types import (
 from autocdc.engine import tables
 from autocdc.engine.errors import StateFormatError
 from autocdc.engine.spec import END_AT, RESERVED_PREFIX, START_AT, has_map
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 KIND = "__autocdc_kind"
 UPS = "__autocdc_ups"

@@ -9,7 +9,8 @@ A flow owns three Delta tables, side by side in the warehouse:
 
 and a plain folder, ``<target>__autocdc_redo``, where a batch's state rows wait for its
 target commit, then, pending, for the next fold into the state table (see
-:mod:`autocdc.engine.commit`).
+:mod:`autocdc.engine.commit`). Where a table's folder lies, and how a session finds tables
+by name, is the warehouse's layout (:mod:`autocdc.runtime.warehouse`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructField, StructType
+
+from autocdc.runtime.warehouse import (
+    create_database,
+    default_location,
+    has_commits,
+    quote,
+    register,
+)
 
 STATE_SUFFIX = "__autocdc_state"
 QUARANTINE_SUFFIX = "__autocdc_quarantine"
@@ -56,37 +65,14 @@ CONFLICTS: tuple[type[Exception], ...] = (
 RETRYABLE: tuple[type[Exception], ...] = (LostRace, *CONFLICTS)
 
 
-def _split(name: str) -> tuple[str | None, str]:
-    db, _, table = name.rpartition(".")
-    return (db or None), table
-
-
-def quote(name: str) -> str:
-    """Quote each part of a (possibly qualified) table name."""
-    return ".".join(f"`{part.replace('`', '``')}`" for part in name.split("."))
-
-
 def ident(name: str) -> str:
     """Quote one column name: dots and backticks stay part of it."""
     return f"`{name.replace('`', '``')}`"
 
 
-def warehouse_path(spark: SparkSession) -> Path:
-    uri = spark.conf.get("spark.sql.warehouse.dir")
-    return Path(urlparse(uri).path if uri.startswith("file:") else uri)
-
-
-def default_location(spark: SparkSession, name: str) -> str:
-    """Spark's managed-table layout: ``<warehouse>/<table>`` or ``<warehouse>/<db>.db/<table>``."""
-    db, table = _split(name)
-    root = warehouse_path(spark)
-    return str(root / f"{db}.db" / table if db and db != "default" else root / table)
-
-
-def has_commits(table_dir: Path) -> bool:
-    """A Delta table exists once its first commit (or a checkpoint) is written."""
-    log_dir = table_dir / "_delta_log"
-    return any(log_dir.glob("*.json")) or any(log_dir.glob("*.checkpoint*.parquet"))
+def col(name: str, alias: str | None = None) -> Column:
+    """A column by its exact name (of the DataFrame aliased ``alias``), whatever it holds."""
+    return F.col(ident(name) if alias is None else f"{alias}.{ident(name)}")
 
 
 def _created_meanwhile(location: Path) -> bool:
@@ -119,7 +105,7 @@ def exists(spark: SparkSession, name: str) -> bool:
     location = Path(default_location(spark, name))
     if not has_commits(location):
         return False
-    _register(spark, name, location)
+    register(spark, name, location)
     return True
 
 
@@ -148,9 +134,7 @@ def create(
     A folder left by a creation that was killed before its first commit holds no data;
     it is cleared and the table created afresh.
     """
-    db, _ = _split(name)
-    if db:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
+    create_database(spark, name)
     location = Path(default_location(spark, name))
     if location.exists() and not _created_meanwhile(location):
         log.warning("autocdc: clearing %s, a table creation that never committed", location)
@@ -228,37 +212,3 @@ def drop(spark: SparkSession, name: str) -> None:
     """Drop the table and its folder (a full refresh)."""
     spark.sql(f"DROP TABLE IF EXISTS {quote(name)}")
     shutil.rmtree(default_location(spark, name), ignore_errors=True)
-
-
-def _register(spark: SparkSession, name: str, table_dir: Path) -> None:
-    db, _ = _split(name)
-    if db:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {quote(name)} USING DELTA LOCATION '{table_dir}'")
-
-
-def register_warehouse_tables(spark: SparkSession) -> list[str]:
-    """Register by name every Delta table found in the warehouse folder.
-
-    This is what makes path-backed tables survive the end of a process: the next
-    session finds ``<warehouse>/t/_delta_log`` and ``<warehouse>/db.db/t/_delta_log``.
-    A folder whose creation never committed (a process killed while creating it) is
-    reported and skipped: the next ``apply`` of its flow creates it again.
-    """
-    root = warehouse_path(spark)
-    found: list[str] = []
-    for log_dir in sorted(root.glob("*/_delta_log")) + sorted(root.glob("*.db/*/_delta_log")):
-        table_dir = log_dir.parent
-        parent = table_dir.parent
-        name = table_dir.name if parent == root else f"{parent.name[:-3]}.{table_dir.name}"
-        if not has_commits(table_dir):
-            log.warning("autocdc: skipping %s: no Delta commit yet (creation killed?)", table_dir)
-            continue
-        try:
-            if not spark.catalog.tableExists(name):
-                _register(spark, name, table_dir)
-        except AnalysisException as error:  # one broken folder must not stop a session
-            log.warning("autocdc: skipping %s: %s", table_dir, str(error).splitlines()[0])
-            continue
-        found.append(name)
-    return found

@@ -27,12 +27,12 @@ from pyspark.pipelines.graph_element_registry import get_active_graph_element_re
 from pyspark.pipelines.source_code_location import get_caller_source_code_location
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from autocdc.engine.snapshot import (
+from autocdc.engine import (
     DEFAULT_MAX_DELETE_FRACTION,
+    FlowDefinition,
     NextSnapshot,
     SnapshotDefinition,
 )
-from autocdc.engine.spec import FlowDefinition
 from autocdc.sources.extract import Batch as ExtractionBatch
 from autocdc.sources.extract import Extraction, ExtractionOptions
 

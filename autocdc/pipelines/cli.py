@@ -23,12 +23,11 @@ from py4j.protocol import Py4JJavaError
 from pydantic import ValidationError
 from rich.console import Console
 
-from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.logs import log_file
 from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.errors import PipelineStepError
 from autocdc.pipelines.execute import interrupt, lock, pipeline, replay, runner
 from autocdc.pipelines.operations import overview, query, report
+from autocdc.runtime import AutoCdcError, log_file
 from autocdc.sources import spark_session
 from autocdc.sources.extract import ExtractionOptions
 

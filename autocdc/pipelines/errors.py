@@ -6,7 +6,7 @@ status 2 and write nothing). ``where`` is ``file:line`` as pyspark records it.
 
 from __future__ import annotations
 
-from autocdc.engine.errors import AutoCdcError
+from autocdc.runtime import AutoCdcError
 
 
 class PipelineError(AutoCdcError):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from autocdc.engine import session
+from autocdc import runtime
 from autocdc.sources.postgres import PostgresSource
 
 
@@ -24,13 +24,13 @@ def spark_session(
     warehouse: str | os.PathLike[str] | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """The engine's session (:func:`autocdc.engine.session.spark_session`: local Spark,
+    """The engine's session (:func:`autocdc.runtime.spark_session`: local Spark,
     Delta, the engine's settings overridden by ``conf/``) with autocdc's sources
     registered. Registration lives here, not in the engine: the engine imports nothing
     above it.
 
     >>> spark = spark_session(warehouse="/tmp/wh")            # doctest: +SKIP
     """
-    spark = session.spark_session(warehouse, conf)
+    spark = runtime.spark_session(warehouse, conf)
     register(spark)
     return spark

@@ -54,18 +54,18 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from autocdc.engine.change_rows import (
+from autocdc.engine import (
     CHANGE_SEQUENCE_NUMBER,
     CHANGE_TYPE,
+    CORRUPT_RECORD_CONF,
     DELETE,
     NO_CHANGE,
     TRUNCATE,
     UPSERT,
+    UnknownConnectorError,
+    hex_sequence,
+    ident,
 )
-from autocdc.engine.errors import UnknownConnectorError
-from autocdc.engine.sequences import hex_sequence
-from autocdc.engine.stage import CORRUPT_RECORD_CONF
-from autocdc.engine.tables import ident
 from autocdc.sources import kafkabroker, kafkaclient
 from autocdc.sources.debezium_schema import row_schema_of
 from autocdc.sources.errors import (
@@ -236,7 +236,7 @@ def debezium_changes(
     the ones taken) or ``fail`` the query (:class:`DebeziumSchemaChangedError`'s text), so
     a schema taken from the events is taken again before such an event is applied.
     ``mark_tombstones``: keep each tombstone as a row marked
-    :data:`~autocdc.engine.change_rows.NO_CHANGE` (every other column NULL), which a flow
+    :data:`~autocdc.engine.NO_CHANGE` (every other column NULL), which a flow
     counts as ``skipped``, rather than leave it out.
 
     >>> changes = debezium_changes(spark.read.text("events/"), "id INT, name STRING",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autocdc.engine.errors import AutoCdcError
+from autocdc.runtime import AutoCdcError
 
 
 class SourceError(AutoCdcError):

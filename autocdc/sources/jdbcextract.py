@@ -49,8 +49,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from autocdc.engine.stage import CORRUPT_RECORD_CONF
-from autocdc.engine.tables import ident as quote
+from autocdc.engine import CORRUPT_RECORD_CONF
+from autocdc.engine import ident as quote
 from autocdc.sources.errors import BadBatchError, SourceOptionError
 from autocdc.sources.extract import (
     Batch,

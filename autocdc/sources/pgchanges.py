@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from autocdc.engine.change_rows import DELETE, TRUNCATE, UPSERT
+from autocdc.engine import DELETE, TRUNCATE, UPSERT
 from autocdc.sources import pgoutput as pg
 
 CHANGES_SCHEMA = (

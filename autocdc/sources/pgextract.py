@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
-from autocdc.engine.faults import crash_point
+from autocdc.engine import crash_point
 from autocdc.sources import pgchanges, postgres
 from autocdc.sources.extract import Batch, Cursor, Extraction, Limit, ident, option_error
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from processes import ROOT, error_tail
 
-from autocdc.engine.session import DEFAULTS, read_conf_file
+from autocdc.runtime.session import DEFAULTS, read_conf_file
 
 # The settings the engine's plans and tables depend on (see the defaults file's comments).
 ENGINE_KEYS = [
@@ -65,7 +65,7 @@ def test_an_installed_wheel_starts_sessions_with_the_engines_settings(tmp_path: 
     engine = read_conf_file(DEFAULTS / "spark-defaults.conf")
     assert said["settings"] == {k: engine[k] for k in ENGINE_KEYS}
     assert said["settings"]["spark.sql.session.timeZone"] == "UTC"
-    installed = site / "autocdc" / "engine" / "defaults" / "log4j2.properties"
+    installed = site / "autocdc" / "runtime" / "defaults" / "log4j2.properties"
     assert f"-Dlog4j2.configurationFile={installed.resolve()}" in said["java_options"]
     assert (elsewhere / "autocdc-logs" / "autocdc.log").is_file()
 

@@ -16,8 +16,9 @@ from processes import ROOT
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from autocdc.engine import archive, jars, session
+from autocdc.engine import warmup
 from autocdc.pipelines import cli
+from autocdc.runtime import archive, dump, jars, session
 
 NOISE = ("::", "resolving", "downloading", "artifacts", "log4j", "WARN", "JVM stacktrace")
 
@@ -45,12 +46,13 @@ def test_the_class_archive_is_mapped_only_when_made_for_these_versions(tmp_path,
     monkeypatch.setattr(jars, "jar_dir", lambda: tmp_path)
     assert archive.java_option() is None  # none made yet
     archive.path().write_bytes(b"jsa")
-    (tmp_path / archive.MARKER).write_text(json.dumps(archive._made(True)))
+    (tmp_path / archive.MARKER).write_text(json.dumps(archive.marker_for(True)))
     assert archive.java_option() == f'"-XX:SharedArchiveFile={archive.path()}"'
-    other = {**archive._made(True), "pyspark": "4.1.0"}  # made for another pyspark
+    other = {**archive.marker_for(True), "pyspark": "4.1.0"}  # made for another pyspark
     (tmp_path / archive.MARKER).write_text(json.dumps(other))
     assert archive.java_option() is None
-    assert archive.main() == 2 and archive.java_option() is None  # no jars here: not made
+    assert dump.main(warmup.workload) == 2  # no jars here: not made
+    assert archive.java_option() is None
 
 
 def test_sessions_started_here_map_the_class_archive(spark):
@@ -58,8 +60,8 @@ def test_sessions_started_here_map_the_class_archive(spark):
     made = archive.usable()
     if made is None:
         if os.environ.get("CI"):
-            pytest.fail("make setup wrote no class archive (python -m autocdc.engine.archive)")
-        pytest.skip("no class archive in this environment (python -m autocdc.engine.archive)")
+            pytest.fail("make setup wrote no class archive (python -m autocdc.engine.warmup)")
+        pytest.skip("no class archive in this environment (python -m autocdc.engine.warmup)")
     bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert f"-XX:SharedArchiveFile={made}" in list(bean.getInputArguments())
 

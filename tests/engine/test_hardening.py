@@ -23,6 +23,7 @@ from users import (
 import autocdc
 from autocdc.engine import commit, tables
 from autocdc.engine.errors import QUARANTINE_NULL_SEQUENCE
+from autocdc.runtime.warehouse import register_warehouse_tables
 
 
 def test_collect_tombstones_keeps_scd2_history(spark, new_table):
@@ -70,11 +71,11 @@ def test_half_created_table_does_not_brick_the_warehouse(spark, new_table, wareh
     killed_long_ago = time.time() - 3600  # a younger folder may be a creation in progress
     for name in (target, f"{target}__autocdc_state"):
         os.utime(warehouse / name, (killed_long_ago, killed_long_ago))
-    registered = tables.register_warehouse_tables(spark)  # what every session start runs
+    registered = register_warehouse_tables(spark)  # what every session start runs
     assert target not in registered
     users_flow(target).apply(spark.createDataFrame(EXAMPLE, SCHEMA))
     assert_target(spark, target, EXPECTED)
-    assert target in tables.register_warehouse_tables(spark)
+    assert target in register_warehouse_tables(spark)
 
 
 @pytest.mark.parametrize("attempt", range(3))

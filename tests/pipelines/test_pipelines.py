@@ -31,11 +31,11 @@ from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc import pipelines as dp
 from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorError
-from autocdc.engine.logs import log_file
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
 from autocdc.pipelines.execute import graph, interrupt, kinds, lock, pipeline, runner
 from autocdc.pipelines.operations import overview
+from autocdc.runtime import log_file
 from autocdc.sources.errors import TableNotFoundError
 
 

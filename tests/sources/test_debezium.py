@@ -18,7 +18,8 @@ from processes import ROOT
 from projects import run
 
 import autocdc
-from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD, raised_in_worker
+from autocdc.engine.errors import QUARANTINE_MALFORMED_RECORD
+from autocdc.runtime import raised_in_worker
 from autocdc.sources.debezium_schema import row_schema_of, spark_type
 from autocdc.sources.errors import (
     DebeziumSchemaChangedError,

@@ -26,8 +26,7 @@ from ports import free_port
 from pyspark.find_spark_home import _find_spark_home
 from sparkconf import PRODUCERS_CLOSED_WITHIN
 
-from autocdc.engine import jars
-from autocdc.engine.errors import AutoCdcError
+from autocdc.runtime import AutoCdcError, jars
 
 BROKER = "org.apache.kafka:kafka_2.13:4.4.0"
 # Kafka's jars bring no slf4j binding: without one the broker logs nothing at all.

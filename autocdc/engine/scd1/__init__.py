@@ -34,7 +34,8 @@ from autocdc.engine.scd1.reconcile import (
     OLD_LIVE,
     TIE,
 )
-from autocdc.engine.stage import OP, REASON, SEQ, TRUNCATE, col
+from autocdc.engine.stage import OP, REASON, SEQ, TRUNCATE
+from autocdc.engine.tables import col
 
 SOURCE_BYTES = "source_bytes"  # the plan's observation: bytes of the MERGE's source
 

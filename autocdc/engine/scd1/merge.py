@@ -13,7 +13,7 @@ from autocdc.engine import bound as kb
 from autocdc.engine import sizing, tables
 from autocdc.engine import state as st
 from autocdc.engine.scd1.reconcile import ACT_DELETE, ACT_UPSERT, ACTION, TIE, take, tie, wipe
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 NEW_TIE, HELD_TIE = "__autocdc_new_tie", "__autocdc_held_tie"  # settling ties
 

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from autocdc.engine import state as st
 from autocdc.engine.scd1.merge import settle_ties
 from autocdc.engine.scd1.reconcile import ACT_UPSERT, ACTION, TIE
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 
 def preview(layout: st.Layout, changes: DataFrame, ties: int) -> Callable[[DataFrame], DataFrame]:

@@ -38,7 +38,8 @@ from pyspark.sql import functions as F
 
 from autocdc.engine import state as st
 from autocdc.engine.errors import QUARANTINE_LATE_BEYOND_HORIZON
-from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT, col
+from autocdc.engine.stage import DELETE, OP, REASON, SEQ, TRUNCATE, UPSERT
+from autocdc.engine.tables import col
 
 # Horizons: collected tombstones (M_GC), truncates before (M_TRUNC) and after (NEW_TRUNC).
 M_GC, M_TRUNC, NEW_TRUNC = "__autocdc_m_gc", "__autocdc_m_trunc", "__autocdc_new_trunc"

@@ -21,7 +21,7 @@ from autocdc.engine.batch import Batch, Plan, into_empty_target, sole_changes
 from autocdc.engine.checkpoint import materialized
 from autocdc.engine.scd2 import history, merge, preview, reconcile
 from autocdc.engine.scd2.reconcile import APPEND, FRESH, MARKS, NEW, REPEAT, SIMPLE, TOUCHED
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 HELD_BOUND = "held"  # the prefix of the rebuilt keys' bound (see :func:`_counts`)
 

@@ -26,7 +26,7 @@ from autocdc.engine import state as st
 from autocdc.engine import tables
 from autocdc.engine.scd2.reconcile import APPEND, FRESH, LOGGED, NEW, SIMPLE
 from autocdc.engine.spec import END_AT, START_AT
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 RANK, SEG, START = "__autocdc_rank", "__autocdc_seg", "__autocdc_start"
 VERSION, NEXT, VALUES = "__autocdc_version", "__autocdc_next", "__autocdc_vals"

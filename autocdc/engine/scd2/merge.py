@@ -15,7 +15,7 @@ from autocdc.engine import state as st
 from autocdc.engine.checkpoint import materialized
 from autocdc.engine.scd2.history import ENDS, GONE, target_types
 from autocdc.engine.spec import END_AT, START_AT
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 
 def merge(

@@ -11,7 +11,7 @@ from autocdc.engine import state as st
 from autocdc.engine.scd2.history import ENDS, GONE
 from autocdc.engine.scd2.merge import addressed
 from autocdc.engine.spec import END_AT, START_AT
-from autocdc.engine.stage import col
+from autocdc.engine.tables import col
 
 IN_T, IN_S = "__autocdc_in_t", "__autocdc_in_s"
 

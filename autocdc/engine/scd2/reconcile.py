@@ -25,7 +25,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from autocdc.engine import state as st
-from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT, col
+from autocdc.engine.stage import OP, SEQ, TRUNCATE, UPSERT
+from autocdc.engine.tables import col
 
 # A row's marks: a change of the batch (FRESH), one not logged before (NEW), one that
 # repeats a new one (REPEAT); its key has a new change (TOUCHED), continues its history

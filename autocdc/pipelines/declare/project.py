@@ -29,8 +29,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from autocdc.engine.logs import LOG_FILE
 from autocdc.pipelines.errors import PipelineError
+from autocdc.runtime import LOG_FILE
 
 SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")
 WAREHOUSE_KEY = "spark.sql.warehouse.dir"

@@ -31,9 +31,7 @@ from pyspark.pipelines.graph_element_registry import (
 from pyspark.pipelines.source_code_location import SourceCodeLocation
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.snapshot import NextSnapshot, SnapshotDefinition
-from autocdc.engine.spec import FlowDefinition
+from autocdc.engine import FlowDefinition, NextSnapshot, SnapshotDefinition
 from autocdc.pipelines.declare import sql
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import (
@@ -42,6 +40,7 @@ from autocdc.pipelines.errors import (
     FlowAnalysisError,
     PipelineDefinitionError,
 )
+from autocdc.runtime import AutoCdcError
 from autocdc.sources import debezium
 from autocdc.sources.extract import Extraction, ExtractionOptions
 

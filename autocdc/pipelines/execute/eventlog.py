@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine import BatchMetrics
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.execute.position import Lag
 from autocdc.pipelines.execute.progress import staging

@@ -58,12 +58,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.faults import crash_point
-from autocdc.engine.spec import ColumnOrSql, to_column
-from autocdc.engine.tables import ident
+from autocdc.engine import ColumnOrSql, crash_point, ident, to_column
 from autocdc.pipelines.execute import lock
 from autocdc.pipelines.execute.checkpoint import CheckpointFile
+from autocdc.runtime import AutoCdcError
 from autocdc.sources import extract, jdbcextract, pgextract, staging
 from autocdc.sources.errors import BatchFailedError, PlanFailedError, SourceLockedError
 

@@ -21,14 +21,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
-from autocdc.engine.errors import (
-    AutoCdcError,
+from autocdc.engine import (
     DefinitionChangedError,
     MaxStalenessUnsupportedError,
     SnapshotSequenceError,
     TargetNotPartialError,
+    sequence_type,
 )
-from autocdc.engine.stage import sequence_type
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
@@ -48,6 +47,7 @@ from autocdc.pipelines.errors import (
     UndefinedTargetError,
 )
 from autocdc.pipelines.execute.kinds import ChangeKind, Kind, SnapshotKind, place
+from autocdc.runtime import AutoCdcError
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
 

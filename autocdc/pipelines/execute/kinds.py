@@ -27,11 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType
 
-from autocdc.engine.flow import AutoCdcFlow
-from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.snapshot import AutoCdcSnapshotFlow
-from autocdc.engine.stage import col
-from autocdc.engine.tuning import session_conf
+from autocdc.engine import AutoCdcFlow, AutoCdcSnapshotFlow, BatchMetrics, col, session_conf
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,

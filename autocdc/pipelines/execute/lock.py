@@ -47,9 +47,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from autocdc.engine.errors import AutoCdcError
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import PipelineLockedError, PipelineLockLostError
+from autocdc.runtime import AutoCdcError
 
 LEASE = "autocdc-run.lock"
 EXPIRY_KEY = "autocdc.lock.expirySeconds"

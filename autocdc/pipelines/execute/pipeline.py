@@ -29,12 +29,12 @@ from typing import Any, Literal, TypeVar
 
 from pyspark.sql import SparkSession
 
-from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.tuning import session_conf
+from autocdc.engine import session_conf
 from autocdc.pipelines.declare import registry
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import PipelineStepError
 from autocdc.pipelines.execute import graph, interrupt, runner
+from autocdc.runtime import AutoCdcError
 
 Step = Literal["load", "resolve", "run", "apply"]
 Result = TypeVar("Result")

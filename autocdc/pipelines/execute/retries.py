@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
 
-from autocdc.engine.errors import AutoCdcError, raised_in_worker
+from autocdc.runtime import AutoCdcError, raised_in_worker
 
 ATTEMPTS_KEY = "spark.sql.pipelines.maxFlowRetryAttempts"
 FIRST_PAUSE_KEY = "spark.sql.pipelines.execution.watchdog.minRetryTime"

@@ -40,9 +40,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from autocdc.engine.errors import AutoCdcError, raised_in_worker
-from autocdc.engine.faults import fail_point
-from autocdc.engine.metrics import BatchMetrics
+from autocdc.engine import BatchMetrics, fail_point
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.declare.registry import Dataset
 from autocdc.pipelines.errors import (
@@ -59,6 +57,7 @@ from autocdc.pipelines.execute import retries as r
 from autocdc.pipelines.execute.eventlog import EventLog
 from autocdc.pipelines.execute.kinds import APPLIED, Kind, say
 from autocdc.pipelines.execute.progress import Progress, is_staged_apply, outcome
+from autocdc.runtime import AutoCdcError, raised_in_worker
 from autocdc.sources.errors import DebeziumSchemaChangedError
 from autocdc.sources.extract import Extraction, ExtractionOptions
 

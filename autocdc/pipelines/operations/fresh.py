@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from autocdc.engine import tables
-from autocdc.engine.flow import CURRENT_VIEW_SUFFIX, AutoCdcFlow
+from autocdc.engine import CURRENT_VIEW_SUFFIX, AutoCdcFlow, table_exists
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import (
     FreshReadAmbiguousError,
@@ -60,7 +59,7 @@ def current(spark: SparkSession, resolved: pipeline.Resolved, dataset: str) -> D
     qualified = runner.qualifier(resolved.project.database)(dataset)
     if flow is None:
         return spark.table(qualified)
-    if not tables.exists(spark, flow.target):
+    if not table_exists(spark, flow.target):
         raise TargetNotCreatedError(dataset=dataset, pipeline=resolved.project.name)
     return flow.current(spark)
 
@@ -72,7 +71,7 @@ def register(spark: SparkSession, resolved: pipeline.Resolved, fresh: bool = Fal
     views = []
     for dataset in resolved.graph.order:
         flow = None if dataset.kind == "temporary_view" else engine(resolved, dataset.name)
-        if flow is None or not tables.exists(spark, flow.target):
+        if flow is None or not table_exists(spark, flow.target):
             continue
         name = dataset.name.rpartition(".")[2] + CURRENT_VIEW_SUFFIX
         views.append(flow.current_view(spark, name))

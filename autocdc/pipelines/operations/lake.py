@@ -15,12 +15,12 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
-from autocdc.engine.tables import has_commits
+from autocdc.runtime import has_commits
 
 
 def location(warehouse: Path, name: str) -> Path | None:
     """Where the engine keeps table ``name`` (``db.table`` or ``table``): Spark's managed
-    layout in the warehouse (:func:`autocdc.engine.tables.default_location`). None for a
+    layout in the warehouse (:func:`autocdc.runtime.warehouse.default_location`). None for a
     name of another catalog (``catalog.db.table``), which only Spark can resolve."""
     parts = name.split(".")
     if len(parts) > 2:

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX
+from autocdc.engine import QUARANTINE_SUFFIX, STATE_SUFFIX
 from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.errors import UnknownFlowError
 from autocdc.pipelines.execute import eventlog

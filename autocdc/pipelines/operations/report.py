@@ -19,9 +19,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from autocdc.engine.errors import AutoCdcError
-from autocdc.engine.spec import END_AT, START_AT
-from autocdc.engine.tables import QUARANTINE_SUFFIX, STATE_SUFFIX, ident
+from autocdc.engine import END_AT, QUARANTINE_SUFFIX, START_AT, STATE_SUFFIX, ident
 from autocdc.pipelines.declare import project as projects
 from autocdc.pipelines.errors import PipelineError
 from autocdc.pipelines.execute import eventlog
@@ -35,6 +33,7 @@ from autocdc.pipelines.operations.report_html import (
     render,
     require_matplotlib,
 )
+from autocdc.runtime import AutoCdcError
 from autocdc.sources import spark_session
 
 # Enough batches to see a trend without a page of megabytes.

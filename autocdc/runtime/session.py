@@ -1,11 +1,11 @@
 """The one place that builds a SparkSession.
 
 Tables are *path-backed*: every table autocdc creates lives in a folder of the
-warehouse (``<warehouse>/<table>`` or ``<warehouse>/<db>.db/<table>``) and is registered
-by name in the session catalog. A new session re-registers every Delta table it finds
-in the warehouse, so a table created by one process is there, by name, for the next one,
-without a shared metastore (an embedded Derby metastore would lock the warehouse to one
-process at a time). Other engines read the same tables by path.
+warehouse (:mod:`autocdc.runtime.warehouse`) and is registered by name in the session
+catalog. A new session re-registers every Delta table it finds in the warehouse, so a
+table created by one process is there, by name, for the next one, without a shared
+metastore (an embedded Derby metastore would lock the warehouse to one process at a
+time). Other engines read the same tables by path.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from autocdc.engine import logs, tables
-from autocdc.engine.errors import DeltaNotSubmittedError
+from autocdc.runtime import logs
+from autocdc.runtime.errors import DeltaNotSubmittedError
+from autocdc.runtime.warehouse import register_warehouse_tables
 
 log = logging.getLogger("autocdc")
 
@@ -75,12 +76,12 @@ def spark_session(
     """A local SparkSession with Delta Lake, with the engine's settings (see ``DEFAULTS``)
     overridden by the user's ``conf/spark-defaults.conf``.
 
-    Delta's jars come from the virtualenv when ``python -m autocdc.engine.jars`` (``make
+    Delta's jars come from the virtualenv when ``python -m autocdc.runtime.jars`` (``make
     setup``) put them there; otherwise ivy resolves them from Maven Central at start
     (through delta-spark's pip helper). ``warehouse`` defaults to ``./warehouse``.
     Settings in ``conf`` win over the file's, and ``warehouse`` over ``conf``'s.
 
-    Spark's logs and the JVM's own output go to a log file (see ``autocdc.engine.logs``),
+    Spark's logs and the JVM's own output go to a log file (see ``autocdc.runtime.logs``),
     not to the terminal.
 
     Under ``spark-submit`` the launcher's settings (and logging) win over the file's, and
@@ -129,14 +130,14 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    tables.register_warehouse_tables(spark)
+    register_warehouse_tables(spark)
     return spark
 
 
 def _check_delta_submitted() -> None:
     """Raise :class:`DeltaNotSubmittedError` if spark-submit's JVM cannot load Delta's
     catalog: the session would otherwise fail with a 30-line Java trace and no hint."""
-    from autocdc.engine import jars  # see _add_jars
+    from autocdc.runtime import jars  # see _add_jars
 
     jvm = SparkContext._jvm
     assert jvm is not None  # connected by _ensure_initialized
@@ -148,13 +149,13 @@ def _check_delta_submitted() -> None:
 
 
 def _add_jars(settings: dict[str, str]) -> None:
-    """The session's jars (Delta's and Spark's Kafka connector, :mod:`autocdc.engine.jars`)
+    """The session's jars (Delta's and Spark's Kafka connector, :mod:`autocdc.runtime.jars`)
     beside the user's (``spark.jars``, ``spark.jars.packages``), never instead of them, nor
     theirs instead of ours: the virtualenv's files, else ivy resolves our coordinates with
     the user's packages. Packages that name a Delta build themselves
     (``io.delta:delta-spark_...``) choose Delta's version: none is added."""
-    # Imported here, not at the top: `python -m autocdc.engine.jars` must be its first import.
-    from autocdc.engine import jars
+    # Imported here, not at the top: `python -m autocdc.runtime.jars` must be its first import.
+    from autocdc.runtime import jars
 
     packages = [p.strip() for p in settings.get("spark.jars.packages", "").split(",") if p.strip()]
     if any(p.startswith(f"{DELTA_GROUP}:delta-spark_") for p in packages):
@@ -164,7 +165,7 @@ def _add_jars(settings: dict[str, str]) -> None:
         log.warning(
             "autocdc: the session's jars (Delta's, Kafka's, JDBC drivers) are not installed in "
             "this environment, so ivy resolves them at every start; run "
-            "`python -m autocdc.engine.jars` once to skip that."
+            "`python -m autocdc.runtime.jars` once to skip that."
         )
         named = {p.rpartition(":")[0] for p in packages}
         ours = [c for c in jars.coordinates() if c.rpartition(":")[0] not in named]
@@ -176,11 +177,10 @@ def _add_jars(settings: dict[str, str]) -> None:
 
 
 def _driver_options(settings: dict[str, str], conf_dir: Path | None, log_file: Path) -> None:
-    """The class archive if there is one (:mod:`autocdc.engine.archive`), and Spark's log4j
+    """The class archive if there is one (:mod:`autocdc.runtime.archive`), and Spark's log4j
     logs to ``log_file``, configured by the user's ``conf/log4j2.properties`` if there is
     one, else by the engine's; the user's own driver options come after, so theirs win."""
-    # Imported here, not at the top: `python -m autocdc.engine.archive` must be its first import.
-    from autocdc.engine import archive
+    from autocdc.runtime import archive  # imports jars: see _add_jars
 
     config = DEFAULTS / "log4j2.properties"
     if conf_dir is not None and (conf_dir / "log4j2.properties").is_file():

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from autocdc.engine import jars
+from autocdc.runtime import jars
 
 WANTED = ["org.example:a:1", "org.example:b:1"]
 

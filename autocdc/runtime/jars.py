@@ -5,7 +5,7 @@ extraction sources read with (:data:`JDBC_DRIVERS`).
 
 Without them every session start resolves ``io.delta:delta-spark_...`` with ivy (through
 delta-spark's ``configure_spark_with_delta_pip``): ~150 lines of output and seconds of
-work per start, and network access. ``python -m autocdc.engine.jars`` (run by
+work per start, and network access. ``python -m autocdc.runtime.jars`` (run by
 ``make setup``) lets Spark's own ivy resolution run once, into a scratch ivy home, and
 copies the jars it retrieved to ``<venv>/share/autocdc/jars/``; a marker file names the
 coordinates they belong to, so an upgraded delta-spark or pyspark resolves again.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pyspark.find_spark_home import _find_spark_home
 
-from autocdc.engine.errors import AutoCdcError, JarsUnresolvedError
+from autocdc.runtime.errors import AutoCdcError, JarsUnresolvedError
 
 MARKER = "autocdc-jars.json"
 KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
@@ -144,7 +144,7 @@ def _resolve(ivy: Path, log: Path, wanted: list[str]) -> list[Path]:
 
 
 def main() -> int:
-    """``python -m autocdc.engine.jars``: silent when the jars are there already."""
+    """``python -m autocdc.runtime.jars``: silent when the jars are there already."""
     if installed() is not None:
         return 0
     print(f"autocdc: resolving {', '.join(coordinates())} into {jar_dir()}, once")
