@@ -105,6 +105,12 @@ class AutoCdcFlow:
             raise AttributeError(name)
         return getattr(definition, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in FlowDefinition.model_fields:  # the definition's: frozen, pydantic refuses
+            setattr(self.definition, name, value)
+            return
+        super().__setattr__(name, value)
+
     def __repr__(self) -> str:
         return f"AutoCdcFlow({self.definition!r})"
 
