@@ -53,7 +53,7 @@ SERVER_FIXTURES = {"pg", "mariadb"}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start servers are ``e2e`` too, tests that need no Spark session and
     start nothing are ``quick`` (``pytest -m quick``: the Spark-free tier); then files
-    with ``e2e`` tests first, then files with more tests first.
+    with ``e2e`` tests first, then files with more tests that are not quick first.
 
     ``make test`` runs what is not ``e2e``, ``make test-e2e`` the rest, each handing whole
     files to two workers in this order (with xdist's own reordering off): a file that takes
@@ -69,8 +69,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         files.setdefault(item.nodeid.split("::")[0], []).append(item)
 
-    def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
-        return (not any(t.get_closest_marker("e2e") for t in tests), -len(tests))
+    def weight(tests: list[pytest.Item]) -> tuple[bool, int, int]:
+        # A quick test takes milliseconds, one with Spark seconds: a file of 85 quick tests
+        # is done in a second, so it goes last, where it fills the end of a worker's run.
+        slow = sum(not t.get_closest_marker("quick") for t in tests)
+        return (not any(t.get_closest_marker("e2e") for t in tests), -slow, -len(tests))
 
     items[:] = [item for tests in sorted(files.values(), key=weight) for item in tests]
 

@@ -162,13 +162,18 @@ def test_each_layer_has_its_error_tree_with_stable_codes() -> None:
 
 
 def test_tests_mirror_the_package_and_import_no_other_test() -> None:
-    """Tests live beside the layer they test (tests/runtime, engine, sources, pipelines; e2e for
+    """Tests live beside the layer they test (tests/runtime, engine, sources, pipelines, the
+    last in folders named as the steps of a run, declare/, execute/, operations/; e2e for
     the package as a user runs it) and share helpers through tests/support only: a test
     file importing another would run that file's tests' module code twice over."""
     tests = Path(__file__).parent
     files = sorted(tests.rglob("test_*.py"))
     layers = {"runtime", "engine", "sources", "pipelines", "e2e"}
-    assert {f.parent.name for f in files if f.parent != tests} == layers
+    assert {f.relative_to(tests).parts[0] for f in files if f.parent != tests} == layers
+    # tests/pipelines/<step>/ for the steps of a run (autocdc/pipelines/<step>/)
+    steps = {f.parent.name for f in files if f.parent.parent == tests / "pipelines"}
+    package = Path(autocdc.__file__).parent / "pipelines"
+    assert steps == {d.name for d in package.iterdir() if (d / "__init__.py").exists()}
     imported = {
         f"{f.relative_to(tests)} imports {name}"
         for f in files

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from delta import configure_spark_with_delta_pip
 from processes import ROOT
+from projects import write_spec
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
@@ -155,9 +156,7 @@ def test_a_jvm_error_shows_its_first_line_and_its_root_causes():
 def run(project: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m autocdc run`` of a project holding ``files``, as a user runs it."""
     (project / "transformations").mkdir(parents=True)
-    (project / "spark-pipeline.yml").write_text(
-        "name: quiet\nstorage: storage\nlibraries:\n  - glob:\n      include: transformations/**\n"
-    )
+    write_spec(project, "quiet")
     for name, text in files.items():
         (project / "transformations" / name).write_text(text)
     return subprocess.run(

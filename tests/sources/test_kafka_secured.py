@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from debeziumcase import debezium_event
 from kafkaserver import Broker
 from processes import finish, start
+from projects import write_spec
 from reference import fold_scd1
 from sparkconf import SMALL_SPARK
 
@@ -81,16 +82,11 @@ def test_a_sasl_ssl_broker_is_read_checked_and_measured(spark, broker, tmp_path,
     root = tmp_path / "project"
     (root / "transformations").mkdir(parents=True)
     settings = {**SMALL_SPARK, "spark.sql.warehouse.dir": str(tmp_path / "warehouse")}
-    (root / "spark-pipeline.yml").write_text(
-        "name: secured\nstorage: storage\ndatabase: secured\nconfiguration:\n"
-        + "".join(f"  {k}: '{v}'\n" for k, v in settings.items())
-        + "libraries:\n  - glob:\n      include: transformations/**\n"
-    )
+    spec = write_spec(root, "secured", "secured", settings)
     declared = options(broker, tmp_path)
     (root / "transformations" / "source.py").write_text(
         PIPELINE.format(servers=broker.sasl_servers, topic=TOPIC, options=declared)
     )
-    spec = root / "spark-pipeline.yml"
 
     # Killed inside its first apply, then run again: the target is the reference fold,
     # its columns taken from the events' schemas (none declared).

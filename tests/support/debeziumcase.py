@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from projects import run
+from projects import run, write_spec
 from reference import UPSERT, Change
 
 from autocdc.sources import kafkabroker
@@ -59,13 +59,7 @@ def project(root: Path, servers: str, source: str, database: str) -> Path:
     (root / "transformations" / "customers.py").write_text(
         PIPELINE.format(servers=servers, source=source)
     )
-    spec = root / "spark-pipeline.yml"
-    spec.write_text(
-        f"name: {root.name}\nstorage: storage\nconfiguration:\n"
-        "  spark.sql.warehouse.dir: warehouse\n"
-        f"libraries:\n  - glob:\n      include: transformations/**\ndatabase: {database}\n"
-    )
-    return spec
+    return write_spec(root, root.name, database, {"spark.sql.warehouse.dir": "warehouse"})
 
 
 def versions(spark, database: str) -> dict[int, list[tuple]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 from pgserver import Server
+from projects import write_spec
 from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,14 +98,8 @@ def transactions(output: str) -> int:
 
 
 def write_project(root: Path, conf: dict[str, str]) -> Path:
-    spec = root / "spark-pipeline.yml"
     (root / "transformations").mkdir(parents=True)
-    settings = "".join(f"  {k}: '{v}'\n" for k, v in conf.items())
-    spec.write_text(
-        "name: pgbench\nstorage: storage\nconfiguration:\n  spark.sql.warehouse.dir: warehouse\n"
-        + settings
-        + "libraries:\n  - glob:\n      include: transformations/**\n"
-    )
+    spec = write_spec(root, "pgbench", None, {"spark.sql.warehouse.dir": "warehouse", **conf})
     text = DEFINITIONS.format(tables=TABLES, history=HISTORY)
     (root / "transformations" / "pgbench.py").write_text(textwrap.dedent(text))
     return spec

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from reference import Change
 
-from autocdc.pipelines.declare import project
+from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.execute import pipeline, runner
 
 FEED = "id INT, a STRING, b INT, op STRING, seq BIGINT"
@@ -51,18 +51,31 @@ def raw():
 """
 
 
-def write_project(
-    root: Path, database: str, files: dict[str, str], configuration: dict[str, str] | None = None
+def write_spec(
+    root: Path,
+    name: str,
+    database: str | None = None,
+    configuration: dict[str, str] | None = None,
 ) -> Path:
-    """A project folder with ``files`` under transformations/; returns the spec path."""
+    """``autocdc init``'s spec (its storage, its libraries: transformations/**) at
+    ``root``, named ``name``, with the tables in ``database`` and ``configuration`` when
+    given; returns its path."""
     spec = root / "spark-pipeline.yml"
     root.mkdir(parents=True, exist_ok=True)
     settings = "".join(f"  {k}: '{v}'\n" for k, v in (configuration or {}).items())
     spec.write_text(
-        f"name: {database}\nstorage: storage\ndatabase: {database}\n"
+        scaffold.FILES["spark-pipeline.yml"].format(name=name)
+        + (f"database: {database}\n" if database else "")
         + (f"configuration:\n{settings}" if settings else "")
-        + "libraries:\n  - glob:\n      include: transformations/**\n"
     )
+    return spec
+
+
+def write_project(
+    root: Path, database: str, files: dict[str, str], configuration: dict[str, str] | None = None
+) -> Path:
+    """A project folder with ``files`` under transformations/; returns the spec path."""
+    spec = write_spec(root, database, database, configuration)
     for name, text in files.items():
         path = root / "transformations" / name
         path.parent.mkdir(parents=True, exist_ok=True)
