@@ -280,12 +280,10 @@ def resolve(
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
                     cdc = [f for f in flows[name] if kinds[f.name].applies_changes]
-                    current = (cdc or flows[name])[0]
-                    raise FlowAnalysisError(
-                        where=current.where,
-                        flow=current.name,
-                        problem=str(_in_pipeline(error, name)),
-                    ) from error
+                    named = [f for f in flows[name] if f.name == error.params.get("flow")]
+                    current = (named or cdc or flows[name])[0]
+                    located = _in_pipeline(error, name).located(current.where, current.name)
+                    raise located from error
                 reads[name] = {names[r] for r in read if r in names and names[r] != name}
                 if any(df is not None for _, df in frames) and "." not in name:
                     kind, df = next((k, df) for k, df in frames if df is not None)
