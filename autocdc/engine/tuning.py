@@ -3,21 +3,21 @@
 A micro-batch is a few rows through a dozen small queries, most of them Delta's (its log
 replay, the MERGE's phases). Into a small table, generating and compiling code for the
 projections outside whole-stage code cost more CPU than the rows: interpreted, a small
-batch into a small table takes about a quarter less time. Into a large one it is the
-other way round: the MERGE runs its clauses over every row of the files it touches, and
-interpreted they take about twice as long. So a batch whose state and changes
+batch into a small table takes less time. Into a large one it is the other way round:
+the MERGE runs its clauses over every row of the files it touches, slower interpreted
+(docs/performance.md has the figures). So a batch whose state and changes
 hold ``COMPILED_FROM_ROWS`` rows or more runs with Spark's default (:func:`fit_to_size`).
 The one query that reads the whole batch before its size is known, the stage's counts,
 runs compiled on a flow's first batch, which may be an initial load, and on a batch whose
 source Spark estimates at ``COMPILED_FROM_BYTES`` or more (its files' size: known for a
 file source, not for rows handed over from Python or a Kafka stream) (:func:`staging`).
 Rows, not bytes: the state's meta counts them, which costs nothing, where a table's size
-in bytes cost a second a batch (Delta reconstructs the snapshot's state to sum it).
+in bytes costs time every batch (Delta reconstructs the snapshot's state to sum it).
 Whole-stage code generation stays on throughout.
 
 The stage caches each batch (it is read several times) without compressing the cache:
-Spark's columnar cache compresses by default, which makes caching a large batch about
-three times slower; the cache lives for one batch.
+Spark's columnar cache compresses by default, which makes caching a large batch much
+slower; the cache lives for one batch.
 
 Only for the engine's queries, not as a session default: Spark 4.2's interpreted
 projections have a corner the tests found (``spark.catalog.listTables`` fails with
@@ -39,8 +39,7 @@ SETTINGS = {FACTORY_MODE: INTERPRETED, "spark.sql.inMemoryColumnarStorage.compre
 # From this many state rows and changes on, a batch runs compiled: see above.
 COMPILED_FROM_ROWS = 250_000
 # From a source this large on (Spark's estimate), the stage's counts run compiled: a
-# 100k-change batch (9.6 MB of Parquet) into 1M rows spent 0.72-0.79 s there instead of
-# 1.03-1.26 s interpreted (one task caching the batch, event log, 2 batches each).
+# 100k-change batch (9.6 MB of Parquet) into 1M rows counts faster compiled.
 COMPILED_FROM_BYTES = 4 * 1024 * 1024
 
 

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from autocdc.pipelines.declare import project, scaffold
 from autocdc.pipelines.errors import PipelineStepError
-from autocdc.pipelines.execute import interrupt, lock, pipeline, replay, runner
+from autocdc.pipelines.execute import interrupt, lock, pipeline, replay, rewind, runner
 from autocdc.pipelines.operations import overview, query, report
 from autocdc.runtime import AutoCdcError, log_file
 from autocdc.sources import spark_session
@@ -183,7 +183,7 @@ def _run(args: argparse.Namespace, spec: project.Project) -> int:
     if args.command in ("status", "history"):
         return _report(args, spec)
     if getattr(args, "replay_from", None) is not None:  # what can be refused without Spark
-        replay.refuse_early(spec, args.replay_from)
+        rewind.refuse_early(spec, args.replay_from)
     spark = interrupt.start(lambda: spark_session(spec.warehouse, spec.session_conf))
     if args.command == "query":
         return query.main_query(args, spec, spark)

@@ -8,9 +8,14 @@ every other layer raises its subclasses.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib
 import re
-from typing import Any, ClassVar
+import string
+from typing import Any, ClassVar, TypeVar
+
+_Error = TypeVar("_Error", bound="AutoCdcError")
 
 
 class AutoCdcError(Exception):
@@ -25,7 +30,17 @@ class AutoCdcError(Exception):
 
     def __init__(self, **params: Any) -> None:
         self.params = params
-        super().__init__(f"[{self.error_class}] {self.template.format(**params)}")
+        text = self.template.format(**params)
+        if "where" in params and "{where}" not in self.template:  # see located()
+            flow = "" if "{flow}" in self.template else f"flow `{params['flow']}`: "
+            text = f"{params['where']}: {flow}{text}"
+        super().__init__(f"[{self.error_class}] {text}")
+
+    def located(self: _Error, where: str, flow: str) -> _Error:
+        """This error, of its class and code, where a pipeline declares the flow it
+        concerns: ``where`` (``file:line``) and ``flow`` join its params (a ``flow`` it
+        names already is kept) and lead its message."""
+        return type(self)(**{"flow": flow, **self.params, "where": where})
 
 
 class SessionError(AutoCdcError):
@@ -51,33 +66,39 @@ class DeltaNotSubmittedError(SessionError):
     )
 
 
-# How a Python worker's traceback names an autocdc error it raised, in the message of the
-# exception Spark wraps it in (PythonException, StreamingQueryException).
+# An autocdc error raised where the driver cannot keep the object (inside a Python worker:
+# a source's reader, a UDF; or by a query's ``raise_error``) reaches the driver as text
+# only, in the message of the exception Spark wraps it in (PythonException,
+# StreamingQueryException). An error raised on the driver, in ``foreachBatch`` too, needs
+# none of this: the runner keeps the object itself (``Runner.guarded``). The two shapes
+# of that text: a worker's traceback names the class and its module ...
 _IN_WORKER = re.compile(r"^(autocdc(?:\.\w+)+)\.(\w+): \[(AUTOCDC_\w+)\] (.*)$", re.MULTILINE)
-# How Spark reports an autocdc error a query raised with ``raise_error`` (its text).
+# ... and Spark's report of a ``raise_error`` carries only the code.
 _RAISED = re.compile(
     r"\[USER_RAISED_EXCEPTION\] \[(AUTOCDC_\w+)\] (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE
 )
 
 
 def raised_in_worker(error: BaseException) -> AutoCdcError | None:
-    """The autocdc error a Python worker (a source's reader, a UDF) or a query's
-    ``raise_error`` raised under ``error``, rebuilt on the driver with its class and message
-    (its params stay where it was raised); ``None`` when ``error`` carries none."""
+    """The autocdc error that ``error``'s text carries, rebuilt on the driver: the class
+    its code is registered to, its message as raised, and its params read back from the
+    message by the class's template (each as the text the message shows); ``None`` when
+    ``error`` carries none. The one place an error crossing into the driver as text
+    gets its class back."""
     text = str(error)
     if found := _IN_WORKER.findall(text):
-        module, name, error_class, message = found[-1]
-        cls = getattr(importlib.import_module(module), name, None)
+        module, _name, error_class, message = found[-1]
+        importlib.import_module(module)  # its classes registered, as in the worker
     elif found := _RAISED.findall(text):
         error_class, message = found[-1]
-        cls = _with_class(AutoCdcError, error_class)
     else:
         return None
-    if not (isinstance(cls, type) and issubclass(cls, AutoCdcError)):
+    cls = _with_class(AutoCdcError, error_class)
+    if cls is None:
         return None
     rebuilt = cls.__new__(cls)
     Exception.__init__(rebuilt, f"[{error_class}] {message}")
-    rebuilt.params = {}
+    rebuilt.params = _params(cls.template, message)
     return rebuilt
 
 
@@ -89,3 +110,24 @@ def _with_class(base: type[AutoCdcError], error_class: str) -> type[AutoCdcError
         if (found := _with_class(cls, error_class)) is not None:
             return found
     return None
+
+
+def _params(template: str, message: str) -> dict[str, Any]:
+    """The params ``template`` rendered into ``message``, as the text it shows them as (a
+    ``!r`` one evaluated back); empty when the message does not fit the template."""
+    pattern, names, evaluated = "", set(), set()
+    for literal, name, _spec, conversion in string.Formatter().parse(template):
+        pattern += re.escape(literal)
+        if name is not None:
+            pattern += f"(?P={name})" if name in names else f"(?P<{name}>.*?)"
+            names.add(name)
+            if conversion == "r":
+                evaluated.add(name)
+    found = re.fullmatch(pattern, message, re.DOTALL)
+    if found is None:
+        return {}
+    params: dict[str, Any] = found.groupdict()
+    for name in evaluated:
+        with contextlib.suppress(ValueError, SyntaxError):
+            params[name] = ast.literal_eval(params[name])
+    return params

@@ -357,4 +357,5 @@ def test_an_event_with_a_new_column_fails_the_query_when_asked(spark):
         strict.collect()
     rebuilt = raised_in_worker(err.value)
     assert isinstance(rebuilt, DebeziumSchemaChangedError)
+    assert rebuilt.params == {"table": "the topics", "columns": "e"}  # read back from the text
     assert "columns the source's schema does not have (e; the schema" in str(rebuilt)

@@ -28,9 +28,10 @@ from processes import start_holder
 from projects import run, write_project
 
 from autocdc import AutoCdcFlow
+from autocdc.engine.errors import DefinitionChangedError
 from autocdc.pipelines import cli
 from autocdc.pipelines.declare import project
-from autocdc.pipelines.errors import FlowAnalysisError, PipelineDefinitionError
+from autocdc.pipelines.errors import PipelineDefinitionError
 from autocdc.pipelines.execute.checkpoint import FILE, CheckpointFile
 from autocdc.pipelines.execute.extraction import LEASES, STAGING, Extracted, Reader
 from autocdc.pipelines.operations import overview
@@ -850,7 +851,7 @@ def test_a_target_sequenced_before_reads_were_is_refused_until_a_full_refresh(
         apply_as_deletes="deleted",
         except_column_list=["deleted"],
     ).apply(before)
-    with pytest.raises(FlowAnalysisError, match="AUTOCDC_DEFINITION_CHANGED") as refused:
+    with pytest.raises(DefinitionChangedError) as refused:
         run(spark, spec)
     assert "`autocdc run --full-refresh items_1_seq`" in str(refused.value)
     run(spark, spec, full_refresh={"items_1_seq"})

@@ -125,13 +125,17 @@ Definition = TypeVar("Definition", FlowDefinition, SnapshotDefinition)
 
 
 def declared(kind: type[Definition], at: str, **fields: Any) -> Definition:
-    """A definition of pyspark's ``dp`` or SQL, checked now: a bad option is a definition
-    error naming the line (``at``) and the flow, the engine's error as its cause."""
+    """A definition of pyspark's ``dp`` or SQL, checked now: a bad option is refused
+    naming the line (``at``) and the flow, the engine's error as it is (its class and
+    code), pydantic's wrapped (its messages, its cause)."""
+    name = fields.get("name") or fields["target"]
     try:
         return kind(**fields)
-    except (AutoCdcError, ValidationError) as error:
-        name = fields.get("name") or fields["target"]
-        raise FlowAnalysisError(where=at, flow=name, problem=str(error)) from error
+    except AutoCdcError as error:
+        raise error.located(at, name) from error
+    except ValidationError as error:
+        said = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise FlowAnalysisError(where=at, flow=name, problem=said) from error
 
 
 def where(location: SourceCodeLocation | sql.Location) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
@@ -26,13 +26,11 @@ from autocdc.engine import (
     MaxStalenessUnsupportedError,
     SnapshotSequenceError,
     TargetNotPartialError,
-    sequence_type,
 )
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
     Flow,
-    QueryFlow,
     Registry,
     SnapshotFlow,
 )
@@ -46,7 +44,15 @@ from autocdc.pipelines.errors import (
     SnapshotTargetSharedError,
     UndefinedTargetError,
 )
-from autocdc.pipelines.execute.kinds import ChangeKind, Kind, SnapshotKind, place
+from autocdc.pipelines.execute.kinds import (
+    Kind,
+    change_flow,
+    change_flows,
+    check_clock,
+    is_query,
+    place,
+    snapshot_flow,
+)
 from autocdc.runtime import AutoCdcError
 
 _RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[")
@@ -115,23 +121,24 @@ def check_targets(registry: Registry) -> dict[str, list[Flow]]:
         dataset = registry.datasets.get(flow.target)
         if dataset is None:
             raise UndefinedTargetError(where=flow.where, flow=flow.name, target=flow.target)
-        own_query = isinstance(flow, QueryFlow) and flow.name == dataset.name
+        own_query = is_query(flow) and flow.name == dataset.name
         if dataset.kind != "streaming_table" and not own_query:
             raise NotAStreamingTableError(
                 where=flow.where,
                 flow=flow.name,
                 target=flow.target,
                 kind=dataset.kind.replace("_", " "),
-                what="Append flows" if isinstance(flow, QueryFlow) else "AUTO CDC flows",
+                what="Append flows" if is_query(flow) else "AUTO CDC flows",
             )
-        if isinstance(flow, CdcFlow) and flow.definition.max_staleness is not None:
-            _check_staging(flow)
+        cdc = change_flow(flow)
+        if cdc is not None and cdc.definition.max_staleness is not None:
+            _check_staging(cdc)
         flows[dataset.name].append(flow)
     for into in flows.values():
         _check_alone(into)
-        cdc = [f for f in into if isinstance(f, CdcFlow)]
-        _check_agree(cdc)
-        _check_partial_staging(cdc)
+        changes = change_flows(into)
+        _check_agree(changes)
+        _check_partial_staging(changes)
         _check_on_clock(into)
     return flows
 
@@ -169,13 +176,13 @@ def _check_partial_staging(flows: list[CdcFlow]) -> None:
 def _check_alone(flows: list[Flow]) -> None:
     """A snapshot flow deletes every key its snapshot lacks: it shares a target only with
     change flows, and only when it places its snapshots on their clock (``sequence_by``)."""
-    snapshot = next((f for f in flows if isinstance(f, SnapshotFlow)), None)
+    snapshot = snapshot_flow(flows)
     if snapshot is None or len(flows) == 1:
         return
     others = [f for f in flows if f is not snapshot]
     alone = snapshot.definition.sequence_by is None
-    if alone or not all(isinstance(f, CdcFlow) for f in others):
-        other = next(f for f in others if alone or not isinstance(f, CdcFlow))
+    if alone or len(change_flows(others)) < len(others):
+        other = next(f for f in others if alone or change_flow(f) is None)
         raise SnapshotTargetSharedError(
             where=snapshot.where,
             flow=snapshot.name,
@@ -208,24 +215,9 @@ def _check_agree(flows: list[CdcFlow]) -> None:
 def _check_on_clock(flows: list[Flow]) -> None:
     """The change flows into a target a snapshot flow shares go on its clock
     (:func:`place`): each must be able to (:meth:`FlowDefinition.check_snapshot_target`)."""
-    if any(isinstance(f, SnapshotFlow) for f in flows):
-        for flow in flows:
-            if isinstance(flow, CdcFlow):
-                flow.definition.check_snapshot_target()
-
-
-def _check_clock(frames: list[tuple[Kind, DataFrame | None]]) -> None:
-    """A snapshot flow sharing its target: its position must be of the change flows'
-    sequence type, checked before anything runs."""
-    built = [(k, df) for k, df in frames if df is not None]
-    snapshot = next(((k, df) for k, df in built if isinstance(k, SnapshotKind)), None)
-    if snapshot is None or snapshot[0].engine.sequence_by is None:
-        return
-    kind, position = snapshot
-    for other, df in built:
-        if isinstance(other, ChangeKind):
-            changes = sequence_type(df, other.engine)
-            kind.engine.check_clock(changes, position, f"change flow `{other.name}`'s")
+    if snapshot_flow(flows) is not None:
+        for flow in change_flows(flows):
+            flow.definition.check_snapshot_target()
 
 
 def _not_found(error: AnalysisException) -> str | None:
@@ -257,7 +249,7 @@ def resolve(
                     with recording_reads(spark) as read:
                         built = [(kinds[f.name], fresh(name)) for f in flows[name]]
                         frames = [(k, k.build(spark, new)) for k, new in built]
-                        _check_clock(frames)
+                        check_clock(frames)
                 except AnalysisException as error:
                     missing = _not_found(error)
                     current = flows[name][0]
@@ -274,18 +266,17 @@ def resolve(
                         where=current.where, flow=current.name, problem=problem
                     ) from error
                 except SnapshotSequenceError as error:  # its class, as the docs promise
-                    snapshot = next(f for f in flows[name] if isinstance(f, SnapshotFlow))
+                    snapshot = snapshot_flow(flows[name])
+                    assert snapshot is not None
                     raise _on_the_pipelines_clock(error, snapshot, name) from error
                 except AutoCdcError as error:
                     if error.error_class.startswith("AUTOCDC_PIPELINE"):
                         raise
                     cdc = [f for f in flows[name] if kinds[f.name].applies_changes]
-                    current = (cdc or flows[name])[0]
-                    raise FlowAnalysisError(
-                        where=current.where,
-                        flow=current.name,
-                        problem=str(_in_pipeline(error, name)),
-                    ) from error
+                    named = [f for f in flows[name] if f.name == error.params.get("flow")]
+                    current = (named or cdc or flows[name])[0]
+                    located = _in_pipeline(error, name).located(current.where, current.name)
+                    raise located from error
                 reads[name] = {names[r] for r in read if r in names and names[r] != name}
                 if any(df is not None for _, df in frames) and "." not in name:
                     kind, df = next((k, df) for k, df in frames if df is not None)

@@ -3,7 +3,8 @@
 its target see until the target exists), ``start`` (its work in a run) and ``reset``
 (a full refresh of what it keeps beside its target). The graph builds one per flow
 (:func:`place`), with the flow's running engine, once a run; neither the graph nor the
-runner asks a flow what it is.
+runner asks a flow what it is: the functions at the end of this module answer what the
+graph's checks, a replay and a fresh read need to know of a flow's kind.
 
 * :class:`AppendKind`: a query appended to a streaming table (its own, or an append
   flow's), a Delta stream;
@@ -20,14 +21,23 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import LongType
 
-from autocdc.engine import AutoCdcFlow, AutoCdcSnapshotFlow, BatchMetrics, col, session_conf
+from autocdc.engine import (
+    AutoCdcFlow,
+    AutoCdcSnapshotFlow,
+    BatchMetrics,
+    col,
+    sequence_type,
+    session_conf,
+)
+from autocdc.pipelines.declare.project import Project
 from autocdc.pipelines.declare.registry import (
     CdcFlow,
     Dataset,
@@ -38,10 +48,10 @@ from autocdc.pipelines.declare.registry import (
 )
 from autocdc.pipelines.errors import BatchQueryForStreamingTableError
 from autocdc.pipelines.execute import extraction, interrupt, replay
-from autocdc.sources.extract import resolve_options
+from autocdc.sources.extract import Extraction, Strategy, resolve_options
 
 if TYPE_CHECKING:
-    from autocdc.pipelines.execute.runner import Options, Runner
+    from autocdc.pipelines.execute.options import Options
 
 CHANGE_TYPE = "_change_type"  # a Delta change data feed's operation column
 APPLIED = "autocdc-applied-batch"
@@ -51,6 +61,41 @@ VALIDITY = ("__START_AT", "__END_AT")
 
 def say(message: str) -> None:
     print(f"autocdc: {message}", flush=True)
+
+
+class Runner(Protocol):
+    """What a kind asks of the run that starts it (:class:`runner.Runner`, which imports
+    the kinds: they know it by this much only)."""
+
+    spark: SparkSession
+    project: Project
+
+    def started(self, flow: str, target: str, df: DataFrame | None) -> None: ...
+
+    def stopped(self, flow: str, target: str) -> None: ...
+
+    def applied(
+        self,
+        flow: str,
+        target: str,
+        metrics: BatchMetrics,
+        stream_batch_id: int | None,
+        position: list[dict] | None = None,
+    ) -> None: ...
+
+    def guarded(
+        self, flow: str, apply: Callable[[DataFrame], BatchMetrics], df: DataFrame
+    ) -> BatchMetrics: ...
+
+    def triggered(
+        self, writer: DataStreamWriter, flow: str, options: Options
+    ) -> DataStreamWriter: ...
+
+    def follow_a_move(self, flow: str, dataset: str, checkpoint: Path) -> None: ...
+
+    def missing_inputs(self, dataset: Dataset) -> list[str]: ...
+
+    def extraction_step(self, flow: str, source: Extraction, dataset: str) -> extraction.Step: ...
 
 
 @dataclass
@@ -405,3 +450,60 @@ _KINDS: dict[type, Callable[[Any, Dataset, str, dict], Kind]] = {
     SnapshotFlow: _snapshot,
     CdcFlow: _changes,
 }
+
+
+# What a flow is, asked of its definition here only (the graph's checks, a replay's).
+
+
+def is_query(flow: Flow) -> bool:
+    """A query's flow (a dataset's own, or an append flow), not AUTO CDC."""
+    return isinstance(flow, QueryFlow)
+
+
+def change_flow(flow: Flow) -> CdcFlow | None:
+    """``flow`` as an AUTO CDC flow from a change feed (None: it is another kind)."""
+    return flow if isinstance(flow, CdcFlow) else None
+
+
+def change_flows(flows: list[Flow]) -> list[CdcFlow]:
+    """The AUTO CDC flows from a change feed among ``flows``."""
+    return [f for f in flows if isinstance(f, CdcFlow)]
+
+
+def snapshot_flow(flows: list[Flow]) -> SnapshotFlow | None:
+    """The first AUTO CDC FROM SNAPSHOT flow among ``flows`` (None: there is none)."""
+    return next((f for f in flows if isinstance(f, SnapshotFlow)), None)
+
+
+def change_kinds(kinds: list[Kind]) -> list[ChangeKind]:
+    """The kinds of AUTO CDC flows from a change feed (an extraction source's too) among
+    ``kinds``."""
+    return [k for k in kinds if isinstance(k, ChangeKind)]
+
+
+def unreplayable(flow: Flow) -> str | None:
+    """Why ``flow`` cannot be replayed (None: it can, :mod:`replay`)."""
+    if isinstance(flow, SnapshotFlow):
+        return "it is a snapshot flow (each run reads its whole source)"
+    if isinstance(flow, QueryFlow):
+        return "it is an append flow: the rows it read again would be appended twice"
+    if flow.extraction is not None and flow.extraction.strategy is not Strategy.WATERMARK:
+        strategy = flow.extraction.strategy.value
+        return f"its source is a {strategy} extraction (only a WATERMARK one has positions)"
+    if flow.once:
+        return "it is a once flow (a full refresh of its target runs it again)"
+    return None
+
+
+def check_clock(frames: list[tuple[Kind, DataFrame | None]]) -> None:
+    """A snapshot flow sharing its target: its position must be of the change flows'
+    sequence type, checked before anything runs."""
+    built = [(k, df) for k, df in frames if df is not None]
+    snapshot = next(((k, df) for k, df in built if isinstance(k, SnapshotKind)), None)
+    if snapshot is None or snapshot[0].engine.sequence_by is None:
+        return
+    kind, position = snapshot
+    for other, df in built:
+        if isinstance(other, ChangeKind):
+            changes = sequence_type(df, other.engine)
+            kind.engine.check_clock(changes, position, f"change flow `{other.name}`'s")

@@ -1,312 +1,160 @@
-"""Where a replayed flow's source reads from: a position the source understands, turned
-into the offset Spark's checkpoint records for it, checked against what the source still
-holds before anything is written.
+"""Rewind a run's flow to a position of its source (:mod:`autocdc.pipelines.execute.replay`),
+before anything is written.
 
-Driver-side and cheap, as :mod:`autocdc.pipelines.execute.position` is: a Delta source is
-read from its ``_delta_log`` (a version's change data is there while its commit file and
-the files it added are), a Kafka source from its broker (each partition's earliest
-retained offset). An offset is the one Spark writes for the source: a Delta version ``v``
-read as changes from its first file is ``(v, index -1)``, a Kafka partition's is the next
-offset to read. A WATERMARK extraction's position is its checkpoint, which a table (its
-rows' state now) always holds. A position ahead of the flow's is refused: it would skip
-the changes in between.
+The flow is found and its kind checked (:func:`kinds.unreplayable`), the position checked
+against what its source still holds; a position beyond it is refused, naming the oldest
+one it holds. Then the replay is logged (a ``replay`` event whose ``source_position`` is
+the new offset), and the flow's checkpoint moved there (:func:`replay.append_batch`; a
+WATERMARK extraction's checkpoint file is replaced whole).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
-from autocdc.pipelines.errors import ReplayBeyondRetentionError
+from autocdc.pipelines.declare.project import Project
+from autocdc.pipelines.declare.registry import CdcFlow, Flow
+from autocdc.pipelines.errors import (
+    ReplayNotStartedError,
+    ReplayUnknownFlowError,
+    ReplayUnsupportedError,
+)
 from autocdc.pipelines.execute import position as pos
-from autocdc.sources import kafkabroker
-from autocdc.sources import pgoutput as pg
+from autocdc.pipelines.execute.checkpoint import CheckpointFile
+from autocdc.pipelines.execute.eventlog import EventLog
+from autocdc.pipelines.execute.kinds import unreplayable
+from autocdc.pipelines.execute.replay import Replay, append_batch, delta, finish, kafka, watermark
+from autocdc.sources import extract, kafkaclient
 
 if TYPE_CHECKING:
-    from autocdc.pipelines.execute.replay import Replay
-    from autocdc.sources.extract import Extraction
-
-EARLIEST = "earliest"
+    from autocdc.pipelines.execute import graph as g
 
 
-def _commit(table: Path, version: int) -> list[dict[str, Any]]:
-    text = (table / "_delta_log" / f"{version:020d}.json").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+def _find(flows: dict[str, list[Flow]], name: str) -> tuple[Flow, str]:
+    """The flow named ``name`` and its dataset."""
+    for dataset, into in flows.items():
+        for flow in into:
+            if flow.name == name:
+                return flow, dataset
+    known = sorted(f.name for into in flows.values() for f in into)
+    raise ReplayUnknownFlowError(flow=name, known=", ".join(known) or "none")
 
 
-def _file(table: Path, given: str) -> Path:
-    """A file an action names: relative to the table (URL-encoded) or an absolute URI."""
-    parsed = urlparse(given)
-    if parsed.scheme:
-        return Path(unquote(parsed.path))
-    return table / unquote(given)
+def refuse_early(project: Project, replay: Replay) -> None:
+    """Raise, before Spark starts, what :func:`rewind_flow` would raise once it has: the
+    flow is unknown, its kind has no positions, or it reads files (its view one plain
+    streaming read of them). What the declarations alone cannot tell is left to the run
+    (:mod:`autocdc.pipelines.declare.sparkless`)."""
+    from autocdc.pipelines.declare import sparkless
+
+    declared = sparkless.load(project)
+    if declared is None:
+        return
+    by_target: dict[str, list[Flow]] = {}
+    for flow in declared.flows.values():
+        by_target.setdefault(flow.target, []).append(flow)
+    flow, dataset = _find(by_target, replay.flow)
+    why = unreplayable(flow)
+    if why is None and flow.extraction is None:  # a change flow: the others have a why
+        read = sparkless.streaming_read(declared, flow.source)
+        if read is not None and read.kind not in ("delta", "kafka"):
+            why = (
+                f"it reads {'files' if read.kind == 'files' else 'a source'} "
+                f"({read.format}), which have no positions: land them "
+                "in a streaming table (a bronze Delta table) and have the flow read that, "
+                "then replay it by version (docs/operations.md)"
+            )
+    if why is not None:
+        raise ReplayUnsupportedError(flow=flow.name, why=why, dataset=dataset)
 
 
-def _readable(table: Path, version: int) -> bool:
-    """Whether a stream can still read ``version``'s changes: its commit file and every
-    file it added as data (a change data feed's ``cdc`` files too) are there. A file that
-    a later commit removed is gone once VACUUM ran."""
-    try:
-        actions = _commit(table, version)
-    except FileNotFoundError:
-        return False
-    for action in actions:
-        added = action.get("add")
-        if added and added.get("dataChange", True) and not _file(table, added["path"]).exists():
-            return False
-        cdc = action.get("cdc")
-        if cdc and not _file(table, cdc["path"]).exists():
-            return False
-    return True
-
-
-def oldest_readable(table: Path, versions: list[int]) -> int | None:
-    """The oldest version from which every later version is still readable (None: not
-    even the newest is)."""
-    oldest = None
-    for version in reversed(versions):
-        if oldest is not None and version != oldest - 1:
-            break  # a gap in the commit files
-        if not _readable(table, version):
-            break
-        oldest = version
-    return oldest
-
-
-def commit_times(table: Path, versions: list[int]) -> dict[int, datetime]:
-    """When each version was committed, as Delta tells it (``DESCRIBE HISTORY``,
-    ``timestampAsOf``): its in-commit timestamp where the table keeps them, else its commit
-    file's modification time, made to increase with the version."""
-    times: dict[int, datetime] = {}
-    last = None
-    for version in versions:
-        path = table / "_delta_log" / f"{version:020d}.json"
-        with path.open() as commit:
-            first = json.loads(commit.readline() or "{}")
-        millis = (first.get("commitInfo") or {}).get("inCommitTimestamp")
-        if millis is None:
-            millis = int(path.stat().st_mtime * 1000)
-            millis = millis if last is None else max(millis, last + 1)
-        last = millis
-        times[version] = datetime.fromtimestamp(millis / 1000, timezone.utc)
-    return times
-
-
-def _at_time(replay: Replay, table: Path, versions: list[int]) -> int:
-    """The first version committed at or after the time; one before the oldest commit the
-    log keeps when that is it and older ones were cleaned up (they may be later still)."""
-    times = commit_times(table, versions)
-    later = [v for v in versions if times[v] >= replay.value]
-    if not later:
-        at = times[versions[-1]].isoformat()
-        newest = f"the newest, {versions[-1]}, at {at}"
-        raise replay.refused(f"no version of {table} was committed then or later ({newest})")
-    return later[0] - (later[0] == versions[0] > 0)
-
-
-def _lsns(table: Path, version: int) -> list[int]:
-    """The LSNs of the rows ``version`` added to a PostgreSQL capture's change table (its
-    ``lsn`` column, as :mod:`autocdc.sources.pgchanges` writes it)."""
-    found: list[int] = []
-    for action in _commit(table, version):
-        added = action.get("add")
-        if added and added.get("dataChange", True):
-            read = pq.read_table(_file(table, added["path"]), columns=["lsn"])
-            found += [pg.parse_lsn(v) for v in read.column(0).to_pylist() if v]
-    return found
-
-
-def _at_lsn(replay: Replay, table: Path, versions: list[int], oldest: int | None) -> int:
-    """The first version of a change table that added a row at or after the LSN. The
-    capture appends in LSN order, so the search goes back from the newest version and
-    stops at the first one wholly before the LSN: it reads what the replay will read.
-    One before the oldest readable version when the LSN precedes every row that one
-    holds and older versions are gone."""
-    try:
-        names = pq.read_schema(next(_data_files(table, versions))).names
-    except StopIteration:
-        names = []
-    if "lsn" not in names:
-        raise replay.refused(f"{table} has no lsn column: it is no PostgreSQL change table")
-    if oldest is None:
-        return -1  # not even the newest version is readable
-    found, first_lsn, newest_lsn = None, None, None
-    for version in reversed(versions[versions.index(oldest) :]):
-        lsns = _lsns(table, version)
-        if not lsns:
-            continue
-        newest_lsn = newest_lsn or max(lsns)
-        if max(lsns) < replay.value:
-            break
-        found, first_lsn = version, min(lsns)
-    if found is None:
-        held = f"its newest row's is {pg.format_lsn(newest_lsn)}" if newest_lsn else "it is empty"
-        raise replay.refused(f"no row of {table} is at or after that LSN ({held})")
-    return found - (found == oldest > 0 and first_lsn > replay.value)
-
-
-def _data_files(table: Path, versions: list[int]) -> Iterator[Path]:
-    for version in versions:
-        for action in _commit(table, version):
-            added = action.get("add")
-            if added and added.get("dataChange", True) and _file(table, added["path"]).exists():
-                yield _file(table, added["path"])
-
-
-def delta(
-    replay: Replay, dataset: str, source: dict[str, Any], offset: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the Delta source's offset from which to read ``version:``, ``timestamp:`` or, in a
-    PostgreSQL capture's change table, ``lsn:``, and what the event log records of it):
-    refused when the table no longer holds the changes of every version from there."""
-    table = Path(source["path"])
-    if replay.kind not in ("version", "timestamp", "lsn"):
-        raise replay.refused(
-            f"the flow reads the Delta table {table}: give version:, timestamp: or (a "
-            "PostgreSQL change table) lsn:"
-        )
-    versions = pos.delta_versions(table)
-    if not versions:
-        raise replay.refused(f"{table} has no commits")
-    oldest = oldest_readable(table, versions)
-    if replay.kind == "timestamp":
-        version = _at_time(replay, table, versions)
-    elif replay.kind == "lsn":
-        version = _at_lsn(replay, table, versions, oldest)
-    else:
-        version = replay.value
-    if version > versions[-1]:
-        raise replay.refused(f"the newest version of {table} is {versions[-1]}")
-    if version > offset["reservoirVersion"]:  # it would skip the versions in between
-        raise replay.refused(
-            f"version {version} is ahead of the flow (at version "
-            f"{offset['reservoirVersion']}): a replay goes back"
-        )
-    if oldest is None or version < oldest:
-        held = "none"
-        if oldest is not None:
-            at = commit_times(table, versions[versions.index(oldest) :])[oldest]
-            held = f"version:{oldest} (committed {at.isoformat()})"
-        raise ReplayBeyondRetentionError(
-            flow=replay.flow,
-            dataset=dataset,
-            position=replay.position,
-            source=str(table),
-            why=f"the commit or the data files of version {version} are gone (log cleanup "
-            "or VACUUM)",
-            oldest=held,
-        )
-    # (v, index -1): before every file of version v, read as changes, not as a snapshot;
-    # -1 is the index's form in version 1 of Delta's offset format.
-    rewound = {
-        **offset,
-        "sourceVersion": 1,
-        "reservoirVersion": version,
-        "index": -1,
-        "isStartingVersion": False,
-    }
-    return rewound, {"version": version}
-
-
-def kafka(
+def rewind_flow(
+    spark: SparkSession,
+    project: Project,
+    graph: g.Graph,
     replay: Replay,
-    dataset: str,
-    source: dict[str, Any],
-    offset: dict[str, dict[str, int]],
-    client: dict[str, str],
-) -> tuple[dict[str, dict[str, int]], dict[str, Any]]:
-    """(the Kafka source's offsets from which to read ``offsets:`` or ``timestamp:``, what
-    the event log records of them). Partitions ``offsets:`` does not name keep the offsets
-    the checkpoint holds; ``offsets:earliest`` is every partition's earliest retained one.
-    Refused when a partition's offset is below its earliest retained one (the broker
-    deleted those records)."""
-    if replay.kind not in ("offsets", "timestamp"):
-        raise replay.refused("the flow reads Kafka: give offsets: or timestamp:")
-    servers, topics, pattern = source["servers"], source["topics"], source["pattern"]
-    ranges = kafkabroker.retained(servers, topics, pattern, client)
-    if replay.kind == "timestamp":
-        millis = int(replay.value.timestamp() * 1000)
-        wanted = kafkabroker.at_time(servers, ranges, millis, client)
-        # The first record at or after the time is the earliest retained one: the records
-        # deleted before it may have been later than the time too.
-        gone = [tp for tp, at in wanted.items() if at == ranges[tp][0] > 0]
-        why = "its earliest retained record is the first at or after that time, and older "
-        why += "ones were deleted"
-    elif replay.value == EARLIEST:
-        wanted, gone, why = {tp: low for tp, (low, _) in ranges.items()}, [], ""
+    events: EventLog,
+    qualify: Callable[[str], str],
+    resetting: set[str],
+) -> str:
+    """Check ``replay`` against the flow's source and rewind the flow's checkpoint to it,
+    logged; return the flow's dataset. Raises, with nothing written, when it cannot be
+    done. ``qualify`` gives a dataset's table, ``resetting`` are the datasets the run
+    fully refreshes; the pipeline's temporary views are defined."""
+    flow, dataset = _find(graph.flows, replay.flow)
+    target = qualify(dataset)
+    why = unreplayable(flow)
+    if why is not None:
+        raise ReplayUnsupportedError(flow=flow.name, why=why, dataset=dataset)
+    if dataset in resetting:
+        why = f" (this run fully refreshes `{dataset}`: it reads everything anyway)"
+        raise ReplayNotStartedError(flow=flow.name, why=why)
+    checkpoint = project.checkpoint(flow.name)
+    if flow.extraction is not None:
+        _rewind_extraction(replay, flow, dataset, target, CheckpointFile(checkpoint), events)
+        return dataset
+    finish(checkpoint)
+    df = graph.kinds[flow.name].build(spark)
+    assert df is not None
+    found = pos.sources(df, project.root)
+    if len(found) != 1 or found[0]["kind"] not in ("delta", "kafka"):
+        kinds = ", ".join(s["kind"] for s in found) or "none"
+        why = f"it reads {len(found)} streaming source(s) ({kinds}), not one Delta or Kafka one"
+        raise ReplayUnsupportedError(flow=flow.name, why=why, dataset=dataset)
+    source = found[0]
+    batch = pos.committed(checkpoint)
+    ends = pos.offsets(checkpoint, batch)
+    if batch is None or not ends or ends[0] is None:
+        raise ReplayNotStartedError(flow=flow.name, why="")
+    if source["kind"] == "delta":
+        if source["path"] is None:
+            why = "its Delta source's location is unknown"
+            raise ReplayUnsupportedError(flow=flow.name, why=why, dataset=dataset)
+        offset, said = delta(replay, dataset, source, ends[0])
     else:
-        wanted = {
-            (t, int(p)): int(o) for t, parts in replay.value.items() for p, o in parts.items()
-        }
-        unknown = [f"{t}[{p}]" for t, p in wanted if (t, p) not in ranges]
-        if unknown:
-            raise replay.refused(f"the source has no partition {', '.join(unknown)}")
-        past = [
-            f"{t}[{p}] ends at {ranges[t, p][1]}"
-            for (t, p), o in wanted.items()
-            if o > ranges[t, p][1]
-        ]
-        if past:
-            raise replay.refused("; ".join(past))
-        gone = [tp for tp, at in wanted.items() if at < ranges[tp][0]]
-        why = "retention deleted the records before each one's earliest retained offset"
-    if gone:
-        earliest = {t: {str(p): ranges[t, p][0]} for t, p in gone}
-        raise ReplayBeyondRetentionError(
-            flow=replay.flow,
-            dataset=dataset,
-            position=replay.position,
-            source=f"Kafka {servers}",
-            why=f"{', '.join(f'{t}[{p}]' for t, p in gone)}: {why}",
-            oldest="offsets:" + json.dumps(earliest),
-        )
-    ahead = [
-        f"{t}[{p}] to {at} (the flow is at {offset.get(t, {}).get(str(p))})"
-        for (t, p), at in wanted.items()
-        if str(p) in offset.get(t, {}) and at > offset[t][str(p)]
-    ]
-    if ahead:  # it would skip the records in between
-        raise replay.refused(f"it moves {', '.join(ahead)} ahead: a replay goes back")
-    rewound = {t: dict(parts) for t, parts in offset.items()}
-    for (topic, partition), at in wanted.items():
-        rewound.setdefault(topic, {})[str(partition)] = at
-    return rewound, {"offsets": rewound}
+        client = kafkaclient.askable(source.get("client"))
+        if client is None:
+            why = "its Kafka source's credentials are written as values, so its broker "
+            why += "cannot be asked what it retains (give them as placeholders)"
+            raise ReplayUnsupportedError(flow=flow.name, why=why, dataset=dataset)
+        offset, said = kafka(replay, dataset, source, ends[0], client)
+    message = f"flow {flow.name}: replay from {replay.position} ({json.dumps(said)})"
+    events.write(
+        "replay",
+        flow=flow.name,
+        target=target,
+        position=pos.position(found, [offset]),
+        message=message,
+    )
+    append_batch(checkpoint, batch, [offset])
+    return dataset
 
 
-def watermark(
-    replay: Replay, source: Extraction, stored: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(a WATERMARK extraction flow's checkpoint moved back to ``watermark:`` and what the
-    event log records of it). The columns named take the values given (null: from the
-    first value, as the first run reads), the others keep theirs. A table holds its rows'
-    state now, so every watermark is within what it holds: a run reads the rows changed
-    since, as they are now."""
-    if replay.kind != "watermark":
-        raise replay.refused(
-            f"the flow reads the extraction source {source.name}: give "
-            'watermark:{"column": value}'
-        )
-    orders = {o.column: o for o in source.cdc_order}
-    unknown = [c for c in replay.value if c not in orders]
-    if unknown:
-        raise replay.refused(
-            f"{unknown} are not cdc_order columns of {source.name} ({', '.join(orders)})"
-        )
-    moved = dict(stored)
-    for column, value in replay.value.items():
-        held = stored.get(column)
-        if value is not None and held is not None:
-            if isinstance(value, str) != isinstance(held, str):
-                raise replay.refused(f"{column} holds values such as {held!r}, not {value!r}")
-            if orders[column].further(held, value) != held:
-                raise replay.refused(
-                    f"{column} {value!r} is ahead of the flow (at {held!r}): a replay goes back"
-                )
-        moved[column] = value
-    return moved, {"watermark": moved}
+def _rewind_extraction(
+    replay: Replay,
+    flow: CdcFlow,
+    dataset: str,
+    target: str,
+    store: CheckpointFile,
+    events: EventLog,
+) -> None:
+    """Move a WATERMARK extraction flow's checkpoint back (one file, replaced whole)."""
+    source = flow.extraction
+    assert source is not None
+    stored = store.read(source, flow.name, dataset)
+    if stored is None:
+        raise ReplayNotStartedError(flow=flow.name, why="")
+    moved, said = watermark(replay, source, stored)
+    offset = json.loads(extract.dumps(moved, source.name))
+    events.write(
+        "replay",
+        flow=flow.name,
+        target=target,
+        position=[{"kind": "extraction", "path": None, "source": source.name, "offset": offset}],
+        message=f"flow {flow.name}: replay from {replay.position} ({extract.dumps(said)})",
+    )
+    store.write(source, moved, rows=0, batches=0)

@@ -20,7 +20,7 @@ that is not autocdc's own is started again from its checkpoint, a few times, whi
 others go on (:mod:`autocdc.pipelines.execute.retries`).
 
 A replay (``Options.replay_from``) rewinds one flow's checkpoint to a position of its
-source before anything is written (:mod:`autocdc.pipelines.execute.replay`).
+source before anything is written (:mod:`autocdc.pipelines.execute.rewind`).
 
 A once flow (a backfill) applies its source as one batch, then notes in its checkpoint
 folder that it ran; later runs skip it. A full refresh of its target removes the folder,
@@ -34,7 +34,6 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -50,35 +49,19 @@ from autocdc.pipelines.errors import (
     SourceDataLostError,
     UnknownDatasetError,
 )
-from autocdc.pipelines.execute import extraction, interrupt, lock, replay, unstarted
+from autocdc.pipelines.execute import extraction, interrupt, lock, replay, rewind, unstarted
 from autocdc.pipelines.execute import graph as g
 from autocdc.pipelines.execute import position as pos
 from autocdc.pipelines.execute import retries as r
 from autocdc.pipelines.execute.eventlog import EventLog
 from autocdc.pipelines.execute.kinds import APPLIED, Kind, say
+from autocdc.pipelines.execute.options import Options
 from autocdc.pipelines.execute.progress import Progress, is_staged_apply, outcome
 from autocdc.runtime import AutoCdcError, raised_in_worker
 from autocdc.sources.errors import DebeziumSchemaChangedError
-from autocdc.sources.extract import Extraction, ExtractionOptions
+from autocdc.sources.extract import Extraction
 
 STOPPED = "interrupted by the user"  # a run_stopped event's message
-
-
-@dataclass
-class Options:
-    full_refresh: set[str] = field(default_factory=set)
-    full_refresh_all: bool = False
-    refresh: set[str] | None = None  # None: every dataset
-    continuous: bool = False
-    trigger_seconds: float = 10.0
-    extract: ExtractionOptions | None = None  # replace every extraction flow's and source's
-    # Datasets whose snapshot flows may delete beyond their max_delete_fraction this run.
-    expect_deletes: set[str] = field(default_factory=set)
-    replay_from: replay.Replay | None = None  # one flow rewound to a position of its source
-
-    def resets(self, name: str) -> bool:
-        """Whether dataset ``name`` is dropped by a full refresh before it runs."""
-        return self.full_refresh_all or name in self.full_refresh
 
 
 def _first_line(error: BaseException) -> str:
@@ -191,7 +174,7 @@ class Runner:
         for view in self.graph.order:
             if view.kind == "temporary_view":
                 self._view(view, options)
-        dataset = replay.rewind_flow(
+        dataset = rewind.rewind_flow(
             self.spark, self.project, self.graph, wanted, self.events, self.qualify, resetting
         )
         say(f"flow {wanted.flow}: replaying from {wanted.position}")

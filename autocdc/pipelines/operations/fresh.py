@@ -26,7 +26,7 @@ from autocdc.pipelines.errors import (
     TargetNotCreatedError,
 )
 from autocdc.pipelines.execute import pipeline, runner
-from autocdc.pipelines.execute.kinds import ChangeKind
+from autocdc.pipelines.execute.kinds import change_kinds
 
 
 def resolve(spark: SparkSession, project: Project) -> pipeline.Resolved:
@@ -43,7 +43,7 @@ def engine(resolved: pipeline.Resolved, dataset: str) -> AutoCdcFlow | None:
     if dataset not in known:
         pipeline_name = resolved.project.name
         raise NoSuchDatasetError(pipeline=pipeline_name, name=dataset, known=", ".join(known))
-    changes = [k for k in resolved.graph.of(dataset) if isinstance(k, ChangeKind)]
+    changes = change_kinds(resolved.graph.of(dataset))
     staging = [k for k in changes if k.stages]
     if len(staging) > 1:
         flows = ", ".join(k.name for k in staging)

@@ -30,7 +30,12 @@ from pyspark.sql import functions as F
 from reference import DELETE, UPSERT, Change, fold_scd1, fold_scd2
 
 from autocdc import pipelines as dp
-from autocdc.engine.errors import TrackHistoryWithScd1Error, UnknownConnectorError
+from autocdc.engine.errors import (
+    DefinitionChangedError,
+    TrackHistoryWithScd1Error,
+    UnknownColumnError,
+    UnknownConnectorError,
+)
 from autocdc.pipelines import cli, errors
 from autocdc.pipelines.declare import project, registry, scaffold
 from autocdc.pipelines.execute import graph, interrupt, kinds, lock, pipeline, runner
@@ -218,8 +223,10 @@ def test_full_refresh_reprocesses_from_the_sources(spark, tmp_path, database):
     feed.write_text(
         scd2.replace("except_column_list=", "stored_as_scd_type=2, except_column_list=")
     )
-    with pytest.raises(errors.FlowAnalysisError, match="AUTOCDC_DEFINITION_CHANGED") as refused:
+    with pytest.raises(DefinitionChangedError) as refused:
         run(spark, spec)
+    assert refused.value.params["flow"] == "latest"  # where the pipeline declares it
+    assert "transformations/feed.py:" in refused.value.params["where"]
     assert "`autocdc run --full-refresh latest`" in str(refused.value)
     assert "flow.full_refresh" not in str(refused.value)
     run(spark, spec, full_refresh={"latest"})
@@ -262,7 +269,7 @@ BAD = {
         },
     ),
     "unknown_key": (
-        errors.FlowAnalysisError,
+        UnknownColumnError,
         {
             "feed.py": PYSPARK_SCD1,
             "cdc.sql": "CREATE STREAMING TABLE t;\n"
@@ -278,7 +285,7 @@ BAD = {
         },
     ),
     "sql_option_the_engine_refuses": (
-        errors.FlowAnalysisError,
+        TrackHistoryWithScd1Error,
         {
             "feed.py": PYSPARK_SCD1,
             "cdc.sql": "CREATE STREAMING TABLE t;\n"
@@ -314,14 +321,15 @@ def test_bad_definitions_are_refused_before_anything_runs(spark, tmp_path, datab
     spec = write_project(tmp_path, database, files)
     with pytest.raises(error_class) as raised:
         run(spark, spec)
-    if case == "unknown_key":
-        assert "AUTOCDC_UNKNOWN_COLUMN" in str(raised.value)
+    if case == "unknown_key":  # the engine's error, where the flow is declared
+        assert raised.value.params["where"].endswith("cdc.sql:2")
+        assert raised.value.params["flow"] == "f"
     if case == "flows_disagree":
         assert raised.value.params["field"] == "keys"
         assert (raised.value.params["flow"], raised.value.params["other"]) == ("backfill", "latest")
-    if case == "sql_option_the_engine_refuses":  # at its line, with the engine's error
+    if case == "sql_option_the_engine_refuses":  # the engine's error, at its line
         assert raised.value.params["where"].endswith("cdc.sql:2")
-        assert isinstance(raised.value.__cause__, TrackHistoryWithScd1Error)
+        assert raised.value.params["flow"] == "f"
     if case == "scd2_of_pyspark_dp":
         assert raised.value.params["where"].endswith("cdc.py:4")
     assert [t.name for t in spark.catalog.listTables(database) if not t.isTemporary] == []
@@ -533,14 +541,15 @@ def test_flows_into_one_target_share_whether_it_is_partial_and_what_it_tracks(sp
 
 
 def test_a_flow_is_built_and_checked_once_where_it_is_declared(spark):
-    """The engine's flow is built when its declaration is read (a bad option fails there,
-    naming the line, the engine's error kept as the cause) and handed on as it is."""
+    """The engine's flow is built when its declaration is read (a bad option fails there
+    with the engine's error, naming the line) and handed on as it is."""
     flows = registry.Registry(spark)
     cdc = "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM(s) KEYS (id) SEQUENCE BY seq"
-    with pytest.raises(errors.FlowAnalysisError) as raised:
+    with pytest.raises(TrackHistoryWithScd1Error) as raised:
         flows.register_sql(f"{cdc}\nTRACK HISTORY ON (a);", Path("cdc.sql"))
     assert raised.value.params["where"] == "cdc.sql:1"
-    assert isinstance(raised.value.__cause__, TrackHistoryWithScd1Error)
+    assert raised.value.params["flow"] == "f"
+    assert str(raised.value).startswith("[AUTOCDC_TRACK_HISTORY_WITH_SCD1] cdc.sql:1: flow `f`: ")
     flows.register_sql(f"{cdc};", Path("cdc.sql"))
     spec = flows.flows["f"].definition
     assert (spec.target, spec.name, spec.keys, spec.sequence_by) == ("t", "f", ["id"], "seq")

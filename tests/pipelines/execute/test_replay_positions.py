@@ -19,7 +19,7 @@ import pytest
 from autocdc.pipelines import cli
 from autocdc.pipelines.errors import ReplayBeyondRetentionError, ReplayPositionError
 from autocdc.pipelines.execute import position as pos
-from autocdc.pipelines.execute import replay, rewind
+from autocdc.pipelines.execute import replay
 from autocdc.sources.extract import Extraction
 
 DELTA_OFFSET = {
@@ -106,7 +106,7 @@ def _table(root: Path, commits: list[list[str]], start: int = 0) -> Path:
 
 def _delta(table: Path, given: str) -> tuple[dict, dict]:
     source = {"kind": "delta", "path": str(table)}
-    return rewind.delta(replay.parse(given), "orders", source, DELTA_OFFSET)
+    return replay.delta(replay.parse(given), "orders", source, DELTA_OFFSET)
 
 
 def test_a_delta_version_becomes_the_offset_before_its_first_file(tmp_path):
@@ -135,8 +135,8 @@ def test_a_position_ahead_of_the_flow_is_refused(tmp_path, broker):
     source = {"kind": "delta", "path": str(table)}
     at_two = {**DELTA_OFFSET, "reservoirVersion": 2}
     with pytest.raises(ReplayPositionError):
-        rewind.delta(replay.parse("f=version:3"), "orders", source, at_two)
-    assert rewind.delta(replay.parse("f=version:2"), "orders", source, at_two)[1] == {"version": 2}
+        replay.delta(replay.parse("f=version:3"), "orders", source, at_two)
+    assert replay.delta(replay.parse("f=version:2"), "orders", source, at_two)[1] == {"version": 2}
     with pytest.raises(ReplayPositionError):
         _kafka('f=offsets:{"t":{"0":45}}')  # the flow is at 40
 
@@ -203,18 +203,18 @@ def broker(monkeypatch):
     """A broker with topic t: partition 0 holds offsets 10..50, partition 1 0..7; a
     record stamped at or after time ``millis`` is at offset ``millis`` (clamped)."""
     ranges = {("t", 0): (10, 50), ("t", 1): (0, 7)}
-    monkeypatch.setattr(rewind.kafkabroker, "retained", lambda *args: ranges)
+    monkeypatch.setattr(replay.kafkabroker, "retained", lambda *args: ranges)
 
     def at_time(servers, asked, millis, client):
         return {tp: min(max(millis, low), high) for tp, (low, high) in asked.items()}
 
-    monkeypatch.setattr(rewind.kafkabroker, "at_time", at_time)
+    monkeypatch.setattr(replay.kafkabroker, "at_time", at_time)
     return ranges
 
 
 def _kafka(given: str) -> tuple[dict, dict]:
     source = {"kind": "kafka", "servers": "b:9092", "topics": ["t"], "pattern": None}
-    return rewind.kafka(replay.parse(given), "orders", source, {"t": {"0": 40, "1": 7}}, {})
+    return replay.kafka(replay.parse(given), "orders", source, {"t": {"0": 40, "1": 7}}, {})
 
 
 def test_kafka_offsets_replace_the_partitions_named(broker):
@@ -249,7 +249,7 @@ def _checkpoint(root: Path) -> Path:
 def test_a_rewind_is_a_committed_batch_ending_at_the_position(tmp_path):
     checkpoint = _checkpoint(tmp_path / "cp")
     rewound = {**DELTA_OFFSET, "reservoirVersion": 1, "index": -1}
-    replay._append_batch(checkpoint, 3, [rewound])
+    replay.append_batch(checkpoint, 3, [rewound])
     assert pos.committed(checkpoint) == 4
     assert pos.offsets(checkpoint, 4) == [rewound]
     assert (checkpoint / "offsets" / "4").read_text().startswith('v1\n{"batchWatermarkMs":0,')
@@ -283,7 +283,7 @@ def test_a_watermark_moves_the_named_columns_back():
     stored = {"updated_at": "2026-01-01 08:00:00", "version": 5}
 
     def moved(given: str) -> dict:
-        return rewind.watermark(replay.parse(f"f=watermark:{given}"), source, stored)[0]
+        return replay.watermark(replay.parse(f"f=watermark:{given}"), source, stored)[0]
 
     assert moved('{"updated_at": "2026-01-01 07:00:00"}') == {
         "updated_at": "2026-01-01 07:00:00",
@@ -299,4 +299,4 @@ def test_a_watermark_moves_the_named_columns_back():
         with pytest.raises(ReplayPositionError):
             moved(given)
     with pytest.raises(ReplayPositionError):
-        rewind.watermark(replay.parse("f=version:3"), source, stored)
+        replay.watermark(replay.parse("f=version:3"), source, stored)
