@@ -1,8 +1,10 @@
 """The engine: one batch of changes in, order-independent SCD type 1 or 2 out.
 
 The modules read like the data flow: spec -> fit (against the stored tables) -> stage
-(validate) -> scd1/scd2 (reconcile with the state table: a plan) -> quarantine -> commit
-(redo, the target MERGE as the commit point, the state) -> metrics; flow chains them, gc
+(validate) -> batch (its counts) -> scd1/scd2 (reconcile with the state table: a plan;
+each a package of reconcile, merge, preview) -> quarantine -> write (with commit's
+protocol: redo, the target MERGE as the commit point, the state) -> metrics; flow lists
+those steps, staged wraps a flow for ``max_staleness`` (its table in staged_table), gc
 compacts the state, tables holds the Delta plumbing. snapshot applies whole snapshots
 through a flow; warmup is the workload of the runtime's class archive.
 
