@@ -40,7 +40,7 @@ from autocdc.engine.errors import ConcurrentWriteError
 from autocdc.engine.faults import crash_point
 from autocdc.engine.metrics import BatchMetrics, Steps
 from autocdc.engine.sequences import hex_sequence, parse_hex_sequence
-from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowDefinition
+from autocdc.engine.spec import END_AT, MAX_RETENTION_DAYS, START_AT, FlowDefinition, Running
 from autocdc.engine.staged import StagedFlow
 from autocdc.engine.tables import col
 
@@ -72,7 +72,7 @@ class Memory:
         self.stored = self.meta = self.at = None
 
 
-class AutoCdcFlow:
+class AutoCdcFlow(Running):
     """A running Auto CDC flow: its :class:`FlowDefinition` (whose fields it reads as
     its own: ``flow.target``, ``flow.keys``) and what it learnt of its tables between
     batches; ``apply`` one micro-batch at a time.
@@ -98,21 +98,6 @@ class AutoCdcFlow:
         ``snapshot_target``, an extraction read's ``sequence_by``), knowing nothing of its
         tables yet."""
         return cls(definition.model_copy(update=placed))
-
-    def __getattr__(self, name: str) -> Any:
-        definition = self.__dict__.get("definition")
-        if definition is None or name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(definition, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in FlowDefinition.model_fields:  # the definition's: frozen, pydantic refuses
-            setattr(self.definition, name, value)
-            return
-        super().__setattr__(name, value)
-
-    def __repr__(self) -> str:
-        return f"AutoCdcFlow({self.definition!r})"
 
     @property
     def state_table(self) -> str:

@@ -41,7 +41,7 @@ from functools import reduce
 from typing import Any, Literal
 
 from delta.tables import DeltaTable
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -61,7 +61,7 @@ from autocdc.engine.errors import (
 )
 from autocdc.engine.flow import AutoCdcFlow
 from autocdc.engine.metrics import BatchMetrics
-from autocdc.engine.spec import ColumnOrSql, FlowDefinition, scd_type_from_str, to_column
+from autocdc.engine.spec import ColumnOrSql, FlowDefinition, Running, scd_type_from_str, to_column
 from autocdc.engine.stage import any_null
 from autocdc.engine.state import comparable
 from autocdc.engine.tables import col
@@ -186,10 +186,10 @@ class SnapshotDefinition(BaseModel):
                 remedy="Use stored_as_scd_type=1, or drop `sequence_by` and give the "
                 "snapshot flow a target of its own.",
             )
-        FlowDefinition(**self._changes_fields())  # raises what the flow of its changes would
+        FlowDefinition(**self.changes_fields())  # raises what the flow of its changes would
         return self
 
-    def _changes_fields(self) -> dict[str, Any]:
+    def changes_fields(self) -> dict[str, Any]:
         """The definition of the flow that applies each snapshot's changes: the diff's
         deletes, or on a clock shared with change flows (``sequence_by``, SCD type 1) the
         truncate that covers every change at or below the snapshot's position."""
@@ -227,29 +227,32 @@ def _declared(sequence: str) -> str:
     return shared[1] if shared else sequence
 
 
-class AutoCdcSnapshotFlow(SnapshotDefinition):
-    """A running snapshot flow: ``apply`` one snapshot at its version, or ``run`` a source
-    (a table or view, or a ``next_snapshot(latest_version)`` function).
+class AutoCdcSnapshotFlow(Running):
+    """A running snapshot flow: its :class:`SnapshotDefinition` (whose fields it reads as
+    its own) and the change flow that applies each snapshot's changes; ``apply`` one
+    snapshot at its version, or ``run`` a source (a table or view, or a
+    ``next_snapshot(latest_version)`` function).
 
     >>> flow = AutoCdcSnapshotFlow(target="customers", keys=["id"], stored_as_scd_type=2)
     >>> flow.flow_name
     'customers'
     """
 
-    # The flow that applies each snapshot's changes (its definition checked with this one's).
-    _changes: AutoCdcFlow = PrivateAttr()
-
-    def model_post_init(self, context: Any) -> None:
-        self._changes = AutoCdcFlow(FlowDefinition.model_construct(**self._changes_fields()))
+    def __init__(self, definition: SnapshotDefinition | None = None, /, **fields: Any) -> None:
+        if definition is not None and fields:
+            raise TypeError(
+                "AutoCdcSnapshotFlow takes a SnapshotDefinition or its fields, not both"
+            )
+        self.definition = SnapshotDefinition(**fields) if definition is None else definition
+        # Its definition was checked with this one's (SnapshotDefinition's validator).
+        changes = FlowDefinition.model_construct(**self.definition.changes_fields())
+        self._changes = AutoCdcFlow(changes)
 
     @classmethod
     def of(cls, definition: SnapshotDefinition, **placed: Any) -> AutoCdcSnapshotFlow:
         """The running flow of ``definition`` (validated when it was declared, not again),
         with what a run decides for it (``placed``: its qualified ``target``)."""
-        fields = {name: getattr(definition, name) for name in SnapshotDefinition.model_fields}
-        return cls.model_construct(
-            _fields_set=definition.model_fields_set | set(placed), **{**fields, **placed}
-        )
+        return cls(definition.model_copy(update=placed))
 
     def last_version(self, spark: SparkSession) -> int | None:
         """The last snapshot version processed (None: none yet, or since a full refresh)."""

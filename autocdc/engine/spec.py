@@ -13,7 +13,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pyspark.sql import Column
@@ -636,3 +636,28 @@ class FlowDefinition(BaseModel):
             untracked = set(self.track_history_except_column_list or [])
             tracked = [c for c in payload if c not in untracked]
         return ResolvedColumns(keys=list(self.keys), payload=payload, tracked=tracked)
+
+
+class Running:
+    """A declared flow, running: it holds its frozen definition and reads the definition's
+    fields and properties as its own (``flow.target``); writing one is refused as the
+    definition refuses it. What a run learns of its tables lives beside the definition,
+    never in it."""
+
+    definition: BaseModel
+
+    def __getattr__(self, name: str) -> Any:
+        definition = self.__dict__.get("definition")
+        if definition is None or name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(definition, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        definition = self.__dict__.get("definition")
+        if definition is not None and name in type(definition).model_fields:
+            setattr(definition, name, value)  # frozen: pydantic refuses it
+            return
+        super().__setattr__(name, value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.definition!r})"
