@@ -16,6 +16,7 @@ once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import subprocess
 import threading
@@ -144,6 +145,11 @@ def release_jvm(timeout: float = JVM_EXIT_SECONDS) -> bool:
     proc = getattr(SparkContext._gateway, "proc", None)
     if proc is None:
         return True
+    # A thread still inside a py4j call as the JVM goes (a job's, a snapshot's warm-up)
+    # has py4j report it with `logging.exception`, which gives the bare root logger a
+    # stderr handler: the command has said how it stopped, so the root logger gets one
+    # that writes nothing.
+    logging.getLogger().addHandler(logging.NullHandler())
     context = SparkContext._active_spark_context
     if context is not None:
         with contextlib.suppress(Exception):  # the JVM may be ending by itself
